@@ -1,0 +1,92 @@
+"""The environment contract: `reset` / `step` / `score`, and a registry of families.
+
+An environment never sees sampling, advantages or batching; it turns a `Task` into messages,
+reacts to the policy's replies and finally scores the episode. Single-turn families end after
+the first reply; multi-turn families keep returning tool messages until `done`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from rlyard.types import Message, Reward, Task
+
+
+@dataclass
+class StepResult:
+    messages: list[Message] = field(default_factory=list)  # tool / env messages to append
+    done: bool = True
+
+
+class Environment(Protocol):
+    def reset(self, task: Task) -> list[Message]: ...
+
+    def step(self, reply: str) -> StepResult: ...
+
+    def score(self) -> Reward: ...
+
+    def close(self) -> None: ...
+
+
+Verifier = Callable[[str, Task], Reward]
+
+
+class SingleTurnEnv:
+    """One prompt, one reply, one verdict: the shape of `arith` and `countdown`."""
+
+    def __init__(self, verify: Verifier):
+        self._verify = verify
+        self._task: Task | None = None
+        self._reply = ""
+
+    def reset(self, task: Task) -> list[Message]:
+        self._task, self._reply = task, ""
+        return list(task.prompt)
+
+    def step(self, reply: str) -> StepResult:
+        self._reply = reply
+        return StepResult(done=True)
+
+    def score(self) -> Reward:
+        if self._task is None:
+            raise RuntimeError("score() called before reset()")
+        return self._verify(self._reply, self._task)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family folder registers: how to make its tasks and its environments."""
+
+    name: str
+    make_tasks: Callable[..., list[Task]]  # (split: "train" | "eval", n: int, seed: int, **options)
+    make_env: Callable[[], Environment]
+    verify: Verifier
+    description: str = ""
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    _FAMILIES[family.name] = family
+    return family
+
+
+def get_family(name: str) -> Family:
+    _load_builtin_families()
+    if name not in _FAMILIES:
+        raise KeyError(f"unknown environment {name!r}; registered: {sorted(_FAMILIES)}")
+    return _FAMILIES[name]
+
+
+def family_names() -> list[str]:
+    _load_builtin_families()
+    return sorted(_FAMILIES)
+
+
+def _load_builtin_families() -> None:
+    import rlyard.envs.arith  # noqa: F401  (registers on import)
+    import rlyard.envs.countdown  # noqa: F401
