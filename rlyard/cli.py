@@ -1,0 +1,161 @@
+"""`rlyard train | eval | envs`: the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rlyard.config import ConfigError, load_config
+
+EPILOG = """examples:
+  rlyard train                                    # quickstart: embedded SmolLM2-135M learns 2-digit addition on CPU
+  rlyard train configs/quickstart.yaml algo.lr=2e-5 rollout.n=8
+  rlyard train --resume runs/quickstart-20261130-101500
+  rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
+  rlyard envs list
+"""
+
+
+def default_config_path() -> Path | None:
+    for candidate in (Path("configs/quickstart.yaml"), Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import yaml
+
+    from rlyard.orchestrate.sync import train
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        saved = run_dir / "config.yaml"
+        if not saved.exists():
+            raise ConfigError(f"{run_dir} has no config.yaml: is it a run folder?")
+        from rlyard.config import build_config
+
+        config = build_config(yaml.safe_load(saved.read_text()), str(saved))
+        if args.config or args.overrides:
+            overrides = ([args.config] if args.config and "=" in args.config else []) + list(args.overrides)
+            config = load_config(None, [])  # validate syntax only
+            data = yaml.safe_load(saved.read_text())
+            from rlyard.config import _set_dotted, parse_override
+
+            for text in overrides:
+                keys, value = parse_override(text)
+                _set_dotted(data, keys, value, text)
+            config = build_config(data, f"{saved} with overrides")
+    else:
+        path = args.config if args.config and "=" not in args.config else None
+        overrides = ([args.config] if args.config and "=" in args.config else []) + list(args.overrides)
+        if path is None:
+            path = default_config_path()
+        config = load_config(path, overrides)
+        run_dir = Path(config.output.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"[rlyard] run folder: {run_dir}")
+    result = train(config, run_dir, resume=bool(args.resume))
+    print(f"[rlyard] done: {result.steps} steps, training {result.train_seconds / 60:.1f} min, wall time {result.wall_seconds / 60:.1f} min")
+    if result.base_accuracy is not None and result.final_accuracy is not None:
+        print(f"[rlyard] held-out greedy accuracy: base {result.base_accuracy:.1%} -> final {result.final_accuracy:.1%} "
+              f"({(result.final_accuracy - result.base_accuracy) * 100:+.1f} points)")
+    print(f"[rlyard] metrics: {run_dir / 'metrics.jsonl'}  curve: {run_dir / 'reward_curve.png'}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rlyard.orchestrate.evaluate import evaluate
+    from rlyard.orchestrate.setup import build
+
+    overrides = list(args.overrides)
+    if args.checkpoint:
+        import yaml
+
+        from rlyard.config import build_config
+
+        run_dir = Path(args.checkpoint)
+        config = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+        from rlyard.config import _set_dotted, parse_override
+
+        data = config.model_dump(mode="json")
+        for text in overrides:
+            keys, value = parse_override(text)
+            _set_dotted(data, keys, value, text)
+        config = build_config(data, "eval config")
+    else:
+        config = load_config(args.config or default_config_path(), overrides)
+    config.eval.size = args.size if args.size is not None else config.eval.size
+    components = build(config, train=bool(args.checkpoint))
+    if args.checkpoint:
+        from rlyard.train import latest_checkpoint, load_checkpoint
+
+        path = latest_checkpoint(Path(args.checkpoint)) if not (Path(args.checkpoint) / "weights.pt").exists() else Path(args.checkpoint)
+        if path is None:
+            raise ConfigError(f"no checkpoint found in {args.checkpoint}")
+        load_checkpoint(path, components.model)
+    result = evaluate(components.engine, components.tokenizer, components.family, components.eval_tasks,
+                      config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
+                      config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature)
+    model_label = f"checkpoint {args.checkpoint}" if args.checkpoint else config.model.name
+    print(f"\n{'model':<12} {model_label}\n{'env':<12} {config.env.name} (eval split, {len(components.eval_tasks)} tasks)")
+    for key, value in result.items():
+        print(f"{key:<12} {value:.4f}" if isinstance(value, float) else f"{key:<12} {value}")
+    out = Path(args.output) if args.output else Path(f"eval-{config.env.name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out.write_text(json.dumps({"model": model_label, "env": config.env.name, **result}, indent=2))
+    print(f"saved {out}")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from rlyard.envs import family_names, get_family
+
+    if args.action == "list":
+        for name in family_names():
+            print(f"{name:<12} {get_family(name).description}")
+        return 0
+    family = get_family(args.name)
+    for task in family.make_tasks(args.split, args.n, 0):
+        print(json.dumps({"id": task.id, "prompt": task.prompt, "payload": task.payload}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlyard", description="Agentic RL post-training with verifiable rewards.",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a policy (default: the CPU quickstart)", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml)")
+    train.add_argument("overrides", nargs="*", help="dotted overrides such as algo.lr=2e-5 rollout.n=8")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    ev = sub.add_parser("eval", help="greedy pass@1 and sampled pass@k on an environment's held-out split")
+    ev.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml)")
+    ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.name=countdown model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
+    ev.add_argument("--checkpoint", metavar="RUN_DIR", help="a run folder (its latest checkpoint) or one checkpoint folder")
+    ev.add_argument("--size", type=int, help="number of held-out tasks (default: eval.size)")
+    ev.add_argument("--samples", type=int, default=0, help="samples per task for pass@k (0 = greedy only)")
+    ev.add_argument("--k", type=int, default=1, help="k of pass@k (needs --samples >= k)")
+    ev.add_argument("--output", help="JSON file for the results")
+    envs = sub.add_parser("envs", help="list environment families or print tasks")
+    envs.add_argument("action", choices=["list", "show"])
+    envs.add_argument("name", nargs="?", default="arith")
+    envs.add_argument("--split", default="eval")
+    envs.add_argument("-n", type=int, default=5)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"train": cmd_train, "eval": cmd_eval, "envs": cmd_envs}[args.command](args)
+    except ConfigError as exc:
+        print(f"rlyard: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nrlyard: interrupted; resume with: rlyard train --resume RUN_DIR", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The whole run as pydantic models: YAML file + dotted command-line overrides.
+
+Every model forbids unknown keys, and validation errors are rewritten to name the dotted
+field and what it accepts, e.g. `algo.lr: must be > 0 (got -1)`. The schema holds every
+default, so the code never guesses (`cfg.get(key, default)` does not appear).
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(Strict):
+    enabled: bool = True  # False = full fine-tuning
+    rank: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+
+
+class ModelConfig(Strict):
+    name: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct, offline), an HF id or a local path
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+
+class EnvConfig(Strict):
+    name: str = "arith"
+    options: dict[str, Any] = Field(default_factory=dict)  # passed to the family's make_tasks
+    train_size: int = Field(20000, ge=1)  # tasks in the training pool (reshuffled each epoch)
+    seed: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _known_env(cls, name: str) -> str:
+        from rlyard.envs import family_names
+
+        if name not in family_names():
+            raise ValueError(f"unknown environment {name!r}; allowed: {', '.join(family_names())}")
+        return name
+
+
+class RolloutConfig(Strict):
+    prompts_per_step: int = Field(4, ge=1)
+    n: int = Field(8, ge=1)  # samples per prompt (the GRPO group size)
+    temperature: float = Field(0.7, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)  # 0 = off
+    max_new_tokens: int = Field(32, ge=1)
+
+
+class AlgoConfig(Strict):
+    name: Literal["grpo"] = "grpo"
+    lr: float = Field(2e-4, gt=0.0)
+    std_normalize: bool = True  # GRPO divides by the group std; False = Dr. GRPO's advantage
+    eps_low: float = Field(0.2, ge=0.0, lt=1.0)
+    eps_high: float = Field(0.2, ge=0.0)
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "prompt-mean", "constant"] = "token-mean"
+    loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant (max response length)
+    kl_coef: float = Field(0.0, ge=0.0)  # KL to the base model as a loss term (needs LoRA)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    ppo_epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.999, ge=0.0, lt=1.0)
+    seed: int = 0  # minibatch shuffling
+
+
+class TrainConfig(Strict):
+    steps: int = Field(30, ge=1)
+    micro_batch_size: int = Field(8, ge=1)  # continuations per forward/backward
+    seed: int = 0
+    threads: int | None = Field(None, ge=1)  # torch threads; None = torch's default
+
+
+class EvalConfig(Strict):
+    size: int = Field(200, ge=0)  # held-out tasks; 0 = no evaluation
+    at_start: bool = True
+    at_end: bool = True
+    every: int = Field(0, ge=0)  # also evaluate every N steps; 0 = off
+    max_new_tokens: int | None = Field(None, ge=1)  # default: rollout.max_new_tokens
+    batch_size: int = Field(64, ge=1)
+
+
+class OutputConfig(Strict):
+    run_dir: str | None = None  # default: runs/<config name>-<timestamp>
+    checkpoint_every: int = Field(10, ge=0)  # 0 = only at the end
+    keep_checkpoints: int = Field(2, ge=1)
+    progress: bool = True
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "rlyard"
+    plot: bool = True
+
+
+class RunConfig(Strict):
+    name: str = "run"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+
+class ConfigError(ValueError):
+    """A config problem, worded for the person who wrote the config."""
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value, e.g. algo.lr=2e-5")
+    key, raw = text.split("=", 1)
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: empty key")
+    return key.split("."), yaml.safe_load(raw) if raw != "" else ""
+
+
+def _set_dotted(tree: dict, path: list[str], value: Any, original: str) -> None:
+    node = tree
+    for depth, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {original!r}: {'.'.join(path[: depth + 1])} is a value, not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def _describe(error: dict, data: dict) -> str:
+    loc = [str(part) for part in error["loc"]]
+    field = ".".join(loc)
+    if error["type"] == "extra_forbidden":
+        model: type[BaseModel] = RunConfig
+        for part in loc[:-1]:
+            annotation = model.model_fields[part].annotation
+            model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else model
+        allowed = list(model.model_fields)
+        close = difflib.get_close_matches(loc[-1], allowed, n=1)
+        hint = f" (did you mean {'.'.join(loc[:-1] + close)}?)" if close else ""
+        return f"unknown field {field}{hint}; allowed here: {', '.join(allowed)}"
+    message = error["msg"].removeprefix("Value error, ")
+    got = error.get("input")
+    return f"{field}: {message} (got {got!r})" if not isinstance(got, dict) else f"{field}: {message}"
+
+
+def build_config(data: dict, source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(error, data) for error in exc.errors()]
+        raise ConfigError(f"invalid {source}:\n  " + "\n  ".join(lines)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML file (or start from the defaults) and apply `key.path=value` overrides."""
+    data: dict = {}
+    source = "defaults"
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data.setdefault("name", path.stem)
+        source = str(path)
+    for text in overrides:
+        keys, value = parse_override(text)
+        _set_dotted(data, keys, value, text)
+    return build_config(data, source + (" with overrides" if overrides else ""))
+
+
+def dump_config(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

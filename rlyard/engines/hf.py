@@ -1,0 +1,137 @@
+"""A transformers engine: batched sampling with a KV cache, on CPU or one GPU.
+
+Three things make it fast without leaving plain PyTorch: each prompt is prefilled once and its
+cache shared by its `n` completions; finished sequences leave the batch (their cache rows are
+dropped), so the batch shrinks instead of padding to the longest; logits are computed for the
+last position only. Logprobs are those of the temperature-scaled full distribution, which is
+what the learner recomputes, so the two agree to float precision.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from rlyard.types import Completion, SamplingParams
+
+
+class HFEngine:
+    def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None):
+        self.model = model  # shared with the learner in-process: weights update in place
+        self.pad_token_id = pad_token_id
+        self.autocast_dtype = autocast_dtype
+        self.policy_version = 0
+
+    def update_weights(self, version: int, state_dict: dict | None = None) -> None:
+        if state_dict is not None:
+            self.model.load_state_dict(state_dict, strict=False)
+        self.policy_version = version
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        device_type = next(self.model.parameters()).device.type
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self._autocast():
+                flat = self._generate(prompts, params, n)
+        finally:
+            self.model.train(was_training)
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, n: int) -> list[Completion]:
+        device = next(self.model.parameters()).device
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(params.seed if params.seed is not None else torch.seed() % (2**63))
+
+        # Prefill each distinct prompt once, left-padded, then share its cache with n samples.
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention[row, width - len(prompt) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids.to(device), attention_mask=attention.to(device),
+            position_ids=positions.to(device), use_cache=True, logits_to_keep=1,
+        )
+        cache = out.cache
+        logits = out.logits[:, -1, :].float()
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            attention = attention.repeat_interleave(n, dim=0)
+        next_position = attention.sum(-1)  # per row: position of the next token
+
+        total = len(prompts) * n
+        tokens: list[list[int]] = [[] for _ in range(total)]
+        logprobs: list[list[float]] = [[] for _ in range(total)]
+        finish = ["length"] * total
+        active = torch.arange(total)  # row in the live batch -> output index
+        stop_ids = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long)
+
+        for step in range(params.max_new_tokens):
+            sampled, sampled_logprobs = sample(logits, params, generator)
+            for row, index in enumerate(active.tolist()):
+                tokens[index].append(int(sampled[row]))
+                logprobs[index].append(float(sampled_logprobs[row]))
+            done = torch.isin(sampled.cpu(), stop_ids) if len(stop_ids) else torch.zeros(len(active), dtype=torch.bool)
+            for row in done.nonzero().flatten().tolist():
+                finish[int(active[row])] = "stop"
+            if step == params.max_new_tokens - 1:
+                break
+            keep = (~done).nonzero().flatten()
+            if len(keep) == 0:
+                break
+            if len(keep) < len(active):  # finished rows leave the batch and the cache
+                cache.batch_select_indices(keep.to(device))
+                active, attention, next_position = active[keep], attention[keep], next_position[keep]
+                sampled = sampled[keep.to(sampled.device)]
+            attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            out = self.model(
+                input_ids=sampled.view(-1, 1).to(device), attention_mask=attention.to(device),
+                position_ids=next_position.view(-1, 1).to(device), cache=cache, use_cache=True,
+            )
+            cache, logits = out.cache, out.logits[:, -1, :].float()
+            next_position = next_position + 1
+
+        return [
+            Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i], policy_version=self.policy_version)
+            for i in range(total)
+        ]
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row; return it with its logprob under softmax(logits / T).
+
+    top-k / top-p restrict which tokens can be drawn but not the reported logprob, so the
+    learner (which sees full-vocabulary logits) recomputes the same number.
+    """
+    logits = logits.float().cpu()
+    if params.temperature <= 0:
+        chosen = logits.argmax(dim=-1)
+        return chosen, torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None]).squeeze(-1)
+    scaled = logits / params.temperature
+    full_logprobs = torch.log_softmax(scaled, dim=-1)
+    candidates = scaled.clone()
+    if params.top_k and params.top_k < candidates.shape[-1]:
+        kth = candidates.topk(params.top_k, dim=-1).values[:, -1:]
+        candidates[candidates < kth] = float("-inf")
+    if params.top_p < 1.0:
+        sorted_logits, order = candidates.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative - sorted_logits.softmax(dim=-1) > params.top_p  # keep the token that crosses p
+        sorted_logits[remove] = float("-inf")
+        candidates = torch.full_like(candidates, float("-inf")).scatter(-1, order, sorted_logits)
+    chosen = torch.multinomial(candidates.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+    return chosen, full_logprobs.gather(-1, chosen[:, None]).squeeze(-1)

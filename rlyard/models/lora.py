@@ -1,0 +1,47 @@
+"""LoRA through peft, and the reference policy as "the same model with the adapter off"."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def add_lora(model, rank: int, alpha: int, dropout: float, target_modules: list[str]):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def is_peft(model) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+@contextlib.contextmanager
+def reference_mode(model):
+    """Run the frozen base weights: with LoRA this needs no second copy of the model."""
+    if not is_peft(model):
+        raise ValueError("a KL term against the reference needs LoRA (lora.enabled=true); full fine-tuning keeps no reference copy")
+    with model.disable_adapter(), torch.no_grad():
+        yield model
+
+
+def trainable_state_dict(model) -> dict[str, torch.Tensor]:
+    """What a checkpoint must keep: the adapter for LoRA, every weight otherwise."""
+    if is_peft(model):
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def load_trainable_state_dict(model, state: dict[str, torch.Tensor]) -> None:
+    if is_peft(model):
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, state)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(f"checkpoint adapter has keys the model lacks: {unexpected[:5]}")
+    else:
+        model.load_state_dict(state)

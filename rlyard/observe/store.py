@@ -1,0 +1,141 @@
+"""Append-only jsonl files that survive a killed run: the trajectory store and its helpers.
+
+A run can be killed at any byte. Appends therefore fsync, readers skip a half-written last
+line, and a resumed run cuts the file back to its checkpoint step with an atomic rewrite, so
+no step is ever recorded twice. `metrics.py` and `plots.py` reuse the helpers below.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rlyard.types import Trajectory
+
+TRAJECTORIES_FILE = "trajectories.jsonl"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a jsonl file; skips a last line that a killed writer left unfinished.
+
+    Lines are decoded one by one from bytes: a cut can fall inside a multi-byte UTF-8
+    character, which would make a text-mode read of the whole file fail.
+    A bad line anywhere else is real corruption and raises.
+    """
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            if i == len(lines) - 1 and not line.endswith(b"\n"):
+                break
+            raise ValueError(f"{path}:{i + 1}: line is not valid JSON") from None
+    return rows
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so readers see the old file or the new one, never half of one.
+
+    The temp file lives in the same directory because os.replace is only atomic within one
+    filesystem.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def keep_through_step(path: Path, step: int) -> None:
+    """Atomically rewrite a jsonl file keeping rows with row["step"] <= step (resume)."""
+    kept = [row for row in read_jsonl(path) if row["step"] <= step]
+    write_atomic(path, "".join(_line(row) for row in kept).encode("utf-8"))
+
+
+def _line(row: dict[str, Any]) -> str:
+    # ensure_ascii=False keeps completions in other scripts readable in a plain `less`.
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
+def _drop_partial_tail(path: Path) -> None:
+    """Cut an unfinished last line so the next append does not glue onto it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class TrajectoryStore:
+    """Every trajectory of a run, one readable jsonl row each, tagged with its step.
+
+    `path` is the jsonl file itself, or a run directory (anything not ending in .jsonl),
+    in which case the file is `path / "trajectories.jsonl"`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path = Path(path)
+        self.path = path if path.suffix == ".jsonl" else path / TRAJECTORIES_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Healed on the first append rather than here: a viewer may open a store to read it
+        # while the trainer is mid-write, and must not cut the trainer's line.
+        self._healed = False
+
+    def append(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """Write all of one step's rows with a single write, then fsync.
+
+        One write keeps a step's rows together; if the run dies mid-write, only a cut last
+        line can result, which readers skip and the next append or resume removes.
+        """
+        if not rows:
+            return
+        if not self._healed:
+            _drop_partial_tail(self.path)
+            self._healed = True
+        data = "".join(_line({**row, "step": step}) for row in rows).encode("utf-8")
+        with open(self.path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def truncate_after(self, step: int) -> None:
+        """Drop rows of steps after `step`: a resumed run redoes those steps."""
+        if self.path.exists():
+            keep_through_step(self.path, step)
+        self._healed = True  # the rewrite leaves only whole lines
+
+    def read(self) -> list[dict[str, Any]]:
+        """All rows so far (empty before the first append)."""
+        return read_jsonl(self.path) if self.path.exists() else []
+
+
+def trajectory_row(traj: Trajectory, prompt_text: str) -> dict[str, Any]:
+    """The human-readable part of a trajectory: text and reward, no token or logprob lists."""
+    return {
+        "task_id": traj.task_id,
+        "group_id": traj.group_id,
+        "prompt": prompt_text,
+        "completion": traj.completion_text,
+        "num_tokens": traj.num_sampled_tokens,
+        "reward": traj.reward,
+        "components": dict(traj.components),
+        "finish_reason": traj.finish_reason,
+        "infra_error": traj.infra_error,
+    }

@@ -1,0 +1,1 @@
+"""Orchestration: the sync loop, rollouts and evaluation."""

@@ -1,0 +1,49 @@
+"""Held-out evaluation: greedy pass@1 and sampled pass@k on an environment's eval split."""
+from __future__ import annotations
+
+import math
+
+from rlyard.engines.base import Engine
+from rlyard.envs.base import Family
+from rlyard.orchestrate.rollout import rollout
+from rlyard.types import SamplingParams, Task
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - correct < k:
+        return 1.0
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def evaluate(
+    engine: Engine, tokenizer, family: Family, tasks: list[Task], max_new_tokens: int, stop_token_ids: tuple[int, ...],
+    batch_size: int = 64, samples: int = 0, k: int = 1, temperature: float = 1.0, seed: int = 0, progress=None,
+) -> dict[str, float]:
+    """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
+    correct, infra, lengths = 0, 0, []
+    per_task_hits: list[int] = []
+    for start in range(0, len(tasks), batch_size):
+        chunk = tasks[start : start + batch_size]
+        for traj in rollout(engine, tokenizer, family, chunk, 1, greedy):
+            correct += traj.reward >= 1.0
+            infra += traj.infra_error
+            lengths.append(traj.num_sampled_tokens)
+        if samples:
+            sampled = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, seed=seed + start)
+            trajs = rollout(engine, tokenizer, family, chunk, samples, sampled)
+            for t in range(len(chunk)):
+                per_task_hits.append(sum(tr.reward >= 1.0 for tr in trajs[t * samples : (t + 1) * samples]))
+        if progress is not None:
+            progress(min(start + batch_size, len(tasks)), len(tasks))
+    result = {
+        "tasks": float(len(tasks)), "accuracy": correct / max(1, len(tasks)),
+        "infra_errors": float(infra), "mean_tokens": sum(lengths) / max(1, len(lengths)),
+    }
+    if samples:
+        result[f"pass@{k}"] = sum(pass_at_k(samples, hits, k) for hits in per_task_hits) / len(per_task_hits)
+        result["sampled_accuracy"] = sum(per_task_hits) / (samples * len(per_task_hits))
+    return result

@@ -1,0 +1,62 @@
+"""Building the pieces of a run from its config: model, engine, learner, tasks."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rlyard.config import RunConfig
+from rlyard.data import TaskStream
+from rlyard.engines import HFEngine
+from rlyard.envs import Family, get_family
+from rlyard.models import add_lora, load_model, load_tokenizer
+from rlyard.train import Learner
+from rlyard.types import Task
+
+
+@dataclass
+class Components:
+    tokenizer: object
+    model: object
+    engine: HFEngine
+    learner: Learner | None
+    family: Family
+    stream: TaskStream | None
+    eval_tasks: list[Task]
+    stop_token_ids: tuple[int, ...]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def stop_tokens(tokenizer) -> tuple[int, ...]:
+    """End of turn: eos plus the chat template's end-of-message token when it differs."""
+    ids = {tokenizer.eos_token_id}
+    for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        token_id = tokenizer.convert_tokens_to_ids(name)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return tuple(sorted(i for i in ids if i is not None))
+
+
+def build(config: RunConfig, train: bool = True, model=None) -> Components:
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    seed_everything(config.train.seed)
+    tokenizer = load_tokenizer(config.model.name)
+    if model is None:
+        model = load_model(config.model.name, config.model.dtype, config.model.device)
+        if train and config.model.lora.enabled:
+            lora = config.model.lora
+            model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+    family = get_family(config.env.name)
+    env_seed, options = config.env.seed, config.env.options
+    stream = TaskStream(family.make_tasks("train", config.env.train_size, env_seed, **options), seed=env_seed) if train else None
+    eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
+    learner = Learner(model, config.algo, config.rollout.temperature, config.train.micro_batch_size) if train else None
+    return Components(tokenizer, model, HFEngine(model, tokenizer.pad_token_id), learner, family, stream, eval_tasks, stop_tokens(tokenizer))

@@ -1,0 +1,66 @@
+"""Checkpoints written atomically: a staging folder renamed into place, then a `latest` pointer.
+
+A run killed at any instant leaves either the previous complete checkpoint or the new one,
+never a half-written folder that resume would trust.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlyard.observe.store import write_atomic
+from rlyard.models.lora import load_trainable_state_dict, trainable_state_dict
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2) -> Path:
+    """Save weights (adapter or full), optimizer, RNG states and `state` (step, data position ...)."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    staging = root / f".staging-step_{step:06d}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    torch.save(trainable_state_dict(model), staging / "weights.pt")
+    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    torch.save({**state, "step": step, "rng": rng_state()}, staging / "state.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    write_atomic(root / "latest", final.name.encode())
+    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    if not pointer.exists():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    return path if (path / "state.pt").exists() else None
+
+
+def load_checkpoint(path: Path, model, optimizer=None) -> dict[str, Any]:
+    """Restore weights and optimizer in place; return the saved state (RNG already restored)."""
+    load_trainable_state_dict(model, torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    set_rng_state(state["rng"])
+    return state
