@@ -94,7 +94,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         path = latest_checkpoint(Path(args.checkpoint)) if not (Path(args.checkpoint) / "weights.pt").exists() else Path(args.checkpoint)
         if path is None:
             raise ConfigError(f"no checkpoint found in {args.checkpoint}")
-        load_checkpoint(path, components.model)
+        state = load_checkpoint(path, components.model)
+        from rlyard.orchestrate.setup import push_weights
+
+        push_weights(components, state["policy_version"])
     result = evaluate(components.engine, components.tokenizer, components.family, components.eval_tasks,
                       config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
                       config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature)

@@ -17,14 +17,21 @@ from rlyard.types import Completion, SamplingParams
 
 class HFEngine:
     def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None):
-        self.model = model  # shared with the learner in-process: weights update in place
+        self.model = model  # its own copy (LoRA: merged weights pushed each step) or the learner's
         self.pad_token_id = pad_token_id
         self.autocast_dtype = autocast_dtype
         self.policy_version = 0
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
-        if state_dict is not None:
-            self.model.load_state_dict(state_dict, strict=False)
+        """Copy `state_dict` (any subset of the weights) into the engine's model, in place."""
+        if state_dict:
+            params = dict(self.model.named_parameters())
+            unknown = [name for name in state_dict if name not in params]
+            if unknown:
+                raise KeyError(f"update_weights: the engine's model has no weights named {unknown[:3]}")
+            with torch.no_grad():
+                for name, tensor in state_dict.items():
+                    params[name].copy_(tensor)
         self.policy_version = version
 
     def _autocast(self):

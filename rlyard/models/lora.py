@@ -45,3 +45,24 @@ def load_trainable_state_dict(model, state: dict[str, torch.Tensor]) -> None:
             raise ValueError(f"checkpoint adapter has keys the model lacks: {unexpected[:5]}")
     else:
         model.load_state_dict(state)
+
+
+@torch.no_grad()
+def merged_weights(model) -> dict[str, torch.Tensor]:
+    """W + scale * B @ A for every LoRA-wrapped linear, keyed as in the plain base model.
+
+    This is what an inference engine with its own copy of the weights needs after each step;
+    the learner's model is left untouched (no merge / unmerge drift).
+    """
+    from peft.tuners.lora import LoraLayer
+
+    merged = {}
+    prefix = "base_model.model."
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
+            weight = module.base_layer.weight.detach().clone()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    weight += module.get_delta_weight(adapter).to(weight.dtype)
+            merged[f"{name.removeprefix(prefix)}.weight"] = weight
+    return merged

@@ -11,7 +11,8 @@ from rlyard.config import RunConfig
 from rlyard.data import TaskStream
 from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
-from rlyard.models import add_lora, load_model, load_tokenizer
+from rlyard.models import add_lora, is_peft, load_model, load_tokenizer
+from rlyard.models.lora import merged_weights
 from rlyard.train import Learner
 from rlyard.types import Task
 
@@ -59,4 +60,21 @@ def build(config: RunConfig, train: bool = True, model=None) -> Components:
     stream = TaskStream(family.make_tasks("train", config.env.train_size, env_seed, **options), seed=env_seed) if train else None
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
     learner = Learner(model, config.algo, config.rollout.temperature, config.train.micro_batch_size) if train else None
-    return Components(tokenizer, model, HFEngine(model, tokenizer.pad_token_id), learner, family, stream, eval_tasks, stop_tokens(tokenizer))
+    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id)
+    return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
+
+
+def engine_model_for(model, config: RunConfig):
+    """LoRA: a plain copy that receives merged weights (no adapter overhead while sampling).
+
+    Full fine-tuning shares the learner's model: its weights are the policy already.
+    """
+    if not is_peft(model):
+        return model
+    engine_model = load_model(config.model.name, config.model.dtype, config.model.device)
+    engine_model.requires_grad_(False)
+    return engine_model
+
+
+def push_weights(c: "Components", version: int) -> None:
+    c.engine.update_weights(version, merged_weights(c.model) if is_peft(c.model) else None)

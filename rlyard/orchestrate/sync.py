@@ -17,7 +17,7 @@ from rlyard.observe import MetricsLogger, TrajectoryStore, plot_reward_curve, tr
 from rlyard.observe.store import write_atomic
 from rlyard.orchestrate.evaluate import evaluate
 from rlyard.orchestrate.rollout import rollout
-from rlyard.orchestrate.setup import Components, build
+from rlyard.orchestrate.setup import Components, build, push_weights
 from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlyard.types import SamplingParams, Trajectory
 
@@ -85,7 +85,7 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
         state = load_checkpoint(checkpoint, c.model, c.learner.optimizer)
         c.stream.load_state_dict(state["stream"])
         start_step, base_accuracy, train_seconds = state["step"], state.get("base_accuracy"), state.get("train_seconds", 0.0)
-        c.engine.update_weights(state["policy_version"])
+        push_weights(c, state["policy_version"])
         print(f"[rlyard] resumed from {checkpoint} at step {start_step}")
     store = TrajectoryStore(run_dir / "trajectories.jsonl")
     store.truncate_after(start_step)
@@ -103,7 +103,7 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
             # 2. score -> advantages -> one learner step -> new policy version
             advantages = compute_advantages(config, batch)
             metrics = rollout_metrics(batch) | c.learner.train_step(batch, advantages)
-            c.engine.update_weights(step + 1)
+            push_weights(c, step + 1)
             step_seconds = time.perf_counter() - step_started
             train_seconds += step_seconds
             sampled = sum(t.num_sampled_tokens for t in batch)
