@@ -5,6 +5,7 @@ that the whole suite runs on a 2-core CPU in a couple of minutes.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ import torch
 
 from rlyard.envs.base import Family, SingleTurnEnv, register
 from rlyard.types import Reward, Task
+
+# Tiny models on a small, possibly busy CPU: one thread avoids OpenMP spin-waiting, which made
+# each step ~10x slower next to a background job. RLYARD_TEST_THREADS overrides it.
+torch.set_num_threads(int(os.environ.get("RLYARD_TEST_THREADS", "1")))
 
 # --------------------------------------------------------------------------- toy environments
 # "toy": one prompt, reward 1 when the reply contains TOY_TARGET. Measured on the tiny random

@@ -140,5 +140,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         remove = cumulative - sorted_logits.softmax(dim=-1) > params.top_p  # keep the token that crosses p
         sorted_logits[remove] = float("-inf")
         candidates = torch.full_like(candidates, float("-inf")).scatter(-1, order, sorted_logits)
-    chosen = torch.multinomial(candidates.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+    # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p, several times faster than
+    # torch.multinomial over a 49k vocabulary, and seeded by the same generator.
+    race = torch.empty_like(candidates).exponential_(generator=generator)
+    chosen = (candidates.softmax(dim=-1) / race).argmax(dim=-1)
     return chosen, full_logprobs.gather(-1, chosen[:, None]).squeeze(-1)

@@ -76,9 +76,21 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
+def quiet_transformers() -> None:
+    """Loading bars and deprecation notices of transformers would bury rlyard's own progress bar."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+
+
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu"):
     from transformers import AutoModelForCausalLM
 
+    quiet_transformers()
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), dtype=torch_dtype)
     model.config.use_cache = True

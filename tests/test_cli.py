@@ -1,0 +1,136 @@
+"""The `rlyard` command line: help, config errors as exit code 2, environment listing."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rlyard.cli import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """The installed console script when on PATH, else the module (the same entry point)."""
+    exe = shutil.which("rlyard")
+    command = [exe, *args] if exe else [sys.executable, "-m", "rlyard.cli", *args]
+    env = {**os.environ, "COLUMNS": "120"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_top_level_help():
+    result = run_cli("--help")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for command in ("train", "eval", "envs"):
+        assert command in out
+    assert "algo.lr=2e-5 rollout.n=8" in out  # shows how to pass dotted overrides
+    assert "--resume" in out
+
+
+def test_train_help_mentions_overrides():
+    result = run_cli("train", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "overrides" in result.stdout and "dotted overrides" in result.stdout
+    assert "algo.lr=2e-5" in result.stdout and "--resume" in result.stdout
+
+
+def test_help_in_process_exits_zero(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--help"])
+    assert info.value.code == 0
+    assert "overrides" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train", "algo.lr=-1"], ["algo.lr", "greater than 0"]),
+        (["train", "configs/quickstart.yaml", "rollout.top_p=2"], ["rollout.top_p", "less than or equal to 1"]),
+        (["train", "algo.lrr=1e-4"], ["algo.lrr", "did you mean algo.lr?"]),
+        (["train", "env.name=chess"], ["env.name", "unknown environment 'chess'"]),
+        (["train", "nope.yaml"], ["nope.yaml", "does not exist"]),
+        (["eval", "configs/quickstart.yaml", "algo.loss_agg=mean"], ["algo.loss_agg", "'token-mean'"]),
+    ],
+)
+def test_bad_config_exits_2_and_names_the_field(capsys, argv, expected):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("rlyard: ")
+    for fragment in expected:
+        assert fragment in captured.err
+    assert "Traceback" not in captured.err
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: `rlyard eval KEY=VALUE ...` reads the first override as a config file path")
+def test_eval_overrides_without_a_config_file(capsys):
+    # `rlyard eval --help` documents "dotted overrides, e.g. env.name=countdown model.name=..."
+    assert main(["eval", "algo.loss_agg=mean"]) == 2
+    err = capsys.readouterr().err
+    assert "algo.loss_agg" in err and "'token-mean'" in err
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_model_dir):
+    """A one-step run folder (config.yaml + checkpoint) of the tiny model on the toy env."""
+    from rlyard.config import load_config
+    from rlyard.orchestrate.sync import train
+
+    run_dir = tmp_path_factory.mktemp("cli-run")
+    config = load_config(None, [
+        f"model.name={tiny_model_dir}", "model.lora.rank=2", "model.lora.alpha=4", "env.name=toy", "env.train_size=4",
+        "rollout.prompts_per_step=1", "rollout.n=2", "rollout.max_new_tokens=2", "train.steps=1", "eval.size=3",
+        "eval.at_start=false", "eval.at_end=false", "output.progress=false", "output.plot=false",
+    ])
+    train(config, run_dir)
+    return run_dir
+
+
+def test_eval_checkpoint_writes_results(tiny_run, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--checkpoint", str(tiny_run), "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["env"] == "toy" and result["tasks"] == 3.0
+    assert 0.0 <= result["accuracy"] <= 1.0 and result["infra_errors"] == 0.0
+    assert "accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: `rlyard eval --checkpoint RUN KEY=VALUE` silently drops the first override")
+def test_eval_checkpoint_applies_overrides(tiny_run, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    # a bad override must be reported, not ignored while the eval runs anyway
+    assert main(["eval", "--checkpoint", str(tiny_run), "--output", str(out), "algo.loss_agg=mean"]) == 2
+    assert "algo.loss_agg" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_resume_of_a_non_run_folder_exits_2(capsys, tmp_path):
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_envs_list(capsys):
+    assert main(["envs", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.split()[0] for line in lines if line.strip()]
+    assert "arith" in names and "countdown" in names
+    arith = next(line for line in lines if line.startswith("arith"))
+    assert "arithmetic" in arith.lower()  # each family is listed with its description
+
+
+def test_envs_list_console_script():
+    result = run_cli("envs", "list")
+    assert result.returncode == 0, result.stderr
+    names = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+    assert {"arith", "countdown"} <= set(names)
+
+
+def test_envs_show_prints_tasks(capsys):
+    import json
+
+    assert main(["envs", "show", "arith", "-n", "2"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 and all(row["id"].startswith("arith-eval-") for row in rows)

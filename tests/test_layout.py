@@ -1,0 +1,41 @@
+"""Architecture rules from STYLE.md, checked on the source: layering and module size."""
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "rlyard"
+
+
+def imports_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_algos_import_only_torch_and_the_standard_library():
+    for path in (PACKAGE / "algos").rglob("*.py"):
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            allowed = top in ("torch", "__future__") or top in sys.stdlib_module_names or name.startswith("rlyard.algos")
+            assert allowed, f"{path.relative_to(PACKAGE)} imports {name}"
+
+
+def test_learner_never_imports_orchestration_or_engines():
+    for path in (PACKAGE / "train").rglob("*.py"):
+        for name in imports_of(path):
+            assert not name.startswith(("rlyard.orchestrate", "rlyard.engines", "rlyard.cli")), f"{path.name} imports {name}"
+
+
+def test_modules_stay_small():
+    for path in PACKAGE.rglob("*.py"):
+        lines = len(path.read_text().splitlines())
+        assert lines <= 500, f"{path.relative_to(PACKAGE)} has {lines} lines (budget 500)"
+
+
+def test_package_depth_at_most_three_folders():
+    for path in PACKAGE.rglob("*.py"):
+        assert len(path.relative_to(PACKAGE).parts) <= 4, path
