@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlyard.config import ConfigError, load_config
+from rlyard.config import ConfigError, load_config, load_run_config, split_config_args
 
 EPILOG = """examples:
   rlyard train                                    # quickstart: embedded SmolLM2-135M learns 2-digit addition on CPU
@@ -26,34 +26,16 @@ def default_config_path() -> Path | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import yaml
-
     from rlyard.orchestrate.sync import train
 
+    path, overrides = split_config_args(args.config, args.overrides)
     if args.resume:
+        if path is not None:
+            raise ConfigError("--resume reads the run's saved config.yaml; pass only overrides (e.g. train.steps=60)")
         run_dir = Path(args.resume)
-        saved = run_dir / "config.yaml"
-        if not saved.exists():
-            raise ConfigError(f"{run_dir} has no config.yaml: is it a run folder?")
-        from rlyard.config import build_config
-
-        config = build_config(yaml.safe_load(saved.read_text()), str(saved))
-        if args.config or args.overrides:
-            overrides = ([args.config] if args.config and "=" in args.config else []) + list(args.overrides)
-            config = load_config(None, [])  # validate syntax only
-            data = yaml.safe_load(saved.read_text())
-            from rlyard.config import _set_dotted, parse_override
-
-            for text in overrides:
-                keys, value = parse_override(text)
-                _set_dotted(data, keys, value, text)
-            config = build_config(data, f"{saved} with overrides")
+        config = load_run_config(run_dir, overrides)
     else:
-        path = args.config if args.config and "=" not in args.config else None
-        overrides = ([args.config] if args.config and "=" in args.config else []) + list(args.overrides)
-        if path is None:
-            path = default_config_path()
-        config = load_config(path, overrides)
+        config = load_config(path or default_config_path(), overrides)
         run_dir = Path(config.output.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"[rlyard] run folder: {run_dir}")
     result = train(config, run_dir, resume=bool(args.resume))
@@ -69,39 +51,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rlyard.orchestrate.evaluate import evaluate
     from rlyard.orchestrate.setup import build
 
-    overrides = list(args.overrides)
-    if args.checkpoint:
-        import yaml
-
-        from rlyard.config import build_config
-
-        run_dir = Path(args.checkpoint)
-        config = build_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
-        from rlyard.config import _set_dotted, parse_override
-
-        data = config.model_dump(mode="json")
-        for text in overrides:
-            keys, value = parse_override(text)
-            _set_dotted(data, keys, value, text)
-        config = build_config(data, "eval config")
-    else:
-        config = load_config(args.config or default_config_path(), overrides)
-    config.eval.size = args.size if args.size is not None else config.eval.size
-    components = build(config, train=bool(args.checkpoint))
+    path, overrides = split_config_args(args.config, args.overrides)
+    checkpoint = None
     if args.checkpoint:
         from rlyard.train import latest_checkpoint, load_checkpoint
 
-        path = latest_checkpoint(Path(args.checkpoint)) if not (Path(args.checkpoint) / "weights.pt").exists() else Path(args.checkpoint)
-        if path is None:
-            raise ConfigError(f"no checkpoint found in {args.checkpoint}")
-        state = load_checkpoint(path, components.model)
+        given = Path(args.checkpoint)
+        checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
+        if checkpoint is None:
+            raise ConfigError(f"no checkpoint found in {given} (expected a run folder or a checkpoints/step_N folder)")
+        config = load_run_config(checkpoint.parent.parent, overrides)
+    else:
+        config = load_config(path or default_config_path(), overrides)
+    config.eval.size = args.size if args.size is not None else config.eval.size
+    components = build(config, train=checkpoint is not None)
+    if checkpoint is not None:
         from rlyard.orchestrate.setup import push_weights
 
+        state = load_checkpoint(checkpoint, components.model)
         push_weights(components, state["policy_version"])
     result = evaluate(components.engine, components.tokenizer, components.family, components.eval_tasks,
                       config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
                       config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature)
-    model_label = f"checkpoint {args.checkpoint}" if args.checkpoint else config.model.name
+    model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
     print(f"\n{'model':<12} {model_label}\n{'env':<12} {config.env.name} (eval split, {len(components.eval_tasks)} tasks)")
     for key, value in result.items():
         print(f"{key:<12} {value:.4f}" if isinstance(value, float) else f"{key:<12} {value}")

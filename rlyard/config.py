@@ -7,6 +7,7 @@ default, so the code never guesses (`cfg.get(key, default)` does not appear).
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,13 +123,28 @@ class ConfigError(ValueError):
     """A config problem, worded for the person who wrote the config."""
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML 1.2 floats: `2e-5` is a float (PyYAML's YAML 1.1 rules want `2.0e-5`)."""
+
+
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Yaml12Loader)
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key.path=value, e.g. algo.lr=2e-5")
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r}: empty key")
-    return key.split("."), yaml.safe_load(raw) if raw != "" else ""
+    return key.split("."), read_yaml(raw) if raw != "" else ""
 
 
 def _set_dotted(tree: dict, path: list[str], value: Any, original: str) -> None:
@@ -175,17 +191,38 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = read_yaml(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         data.setdefault("name", path.stem)
         source = str(path)
+    return build_config(apply_overrides(data, overrides), source + (" with overrides" if overrides else ""))
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `key.path=value` overrides to a config tree in place and return it."""
     for text in overrides:
         keys, value = parse_override(text)
         _set_dotted(data, keys, value, text)
-    return build_config(data, source + (" with overrides" if overrides else ""))
+    return data
+
+
+def split_config_args(first: str | None, rest: list[str]) -> tuple[str | None, list[str]]:
+    """`rlyard train [CONFIG] [OVERRIDES...]`: the first positional may already be an override."""
+    if first is not None and "=" in first:
+        return None, [first, *rest]
+    return first, list(rest)
+
+
+def load_run_config(run_dir: Path, overrides: list[str] = ()) -> RunConfig:
+    """The config saved in a run folder, with overrides on top (for --resume and eval --checkpoint)."""
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.exists():
+        raise ConfigError(f"{run_dir} has no config.yaml: is it a run folder?")
+    data = apply_overrides(read_yaml(saved.read_text()) or {}, list(overrides))
+    return build_config(data, str(saved) + (" with overrides" if overrides else ""))
 
 
 def dump_config(config: RunConfig) -> str:

@@ -63,7 +63,6 @@ def test_bad_config_exits_2_and_names_the_field(capsys, argv, expected):
     assert "Traceback" not in captured.err
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `rlyard eval KEY=VALUE ...` reads the first override as a config file path")
 def test_eval_overrides_without_a_config_file(capsys):
     # `rlyard eval --help` documents "dotted overrides, e.g. env.name=countdown model.name=..."
     assert main(["eval", "algo.loss_agg=mean"]) == 2
@@ -98,7 +97,6 @@ def test_eval_checkpoint_writes_results(tiny_run, tmp_path, capsys):
     assert "accuracy" in capsys.readouterr().out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `rlyard eval --checkpoint RUN KEY=VALUE` silently drops the first override")
 def test_eval_checkpoint_applies_overrides(tiny_run, tmp_path, capsys):
     out = tmp_path / "eval.json"
     # a bad override must be reported, not ignored while the eval runs anyway

@@ -91,7 +91,6 @@ def test_overrides_parse_to_typed_values():
     assert parse_override("name=a=b") == (["name"], "a=b")  # split at the first '=' only
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: PyYAML (YAML 1.1) reads '2e-5' as a string; only pydantic-typed float fields recover")
 def test_exponent_override_is_a_float_even_in_untyped_options():
     assert parse_override("algo.lr=2e-5") == (["algo", "lr"], 2e-5)
     config = load_config(None, ["env.options.scale=1e-3"])

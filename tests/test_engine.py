@@ -177,7 +177,6 @@ def test_generate_rejects_empty_prompt(engine):
         engine.generate([[1, 2], []], SamplingParams(max_new_tokens=1))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: update_weights rejects 'lm_head.weight', a state_dict key of every tied-embedding model")
 def test_update_weights_accepts_a_full_state_dict_of_a_tied_model(engine, tiny_model, tokenizer, prompts):
     from conftest import make_tiny_llama
 

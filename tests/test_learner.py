@@ -218,7 +218,6 @@ def test_micro_batch_size_does_not_change_the_update(tiny_model, prompts, sample
     assert (one - before).abs().median().item() > 0.5 * lr  # the steps did move the weights
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: infra-error episodes still count in the token-mean normaliser")
 def test_infra_error_episodes_do_not_change_the_update(tiny_model, prompts, sampled):
     """An episode whose grader crashed is 'not the policy's fault' and is dropped from its group;
     it should not shrink everyone else's gradient by inflating the normaliser."""

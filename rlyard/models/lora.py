@@ -9,6 +9,10 @@ import torch
 def add_lora(model, rank: int, alpha: int, dropout: float, target_modules: list[str]):
     from peft import LoraConfig, get_peft_model
 
+    tied = {"lm_head", "embed_tokens"} & set(target_modules)
+    if tied and getattr(model.config, "tie_word_embeddings", False):
+        raise ValueError(f"LoRA on {sorted(tied)} of a model with tied embeddings would change both; drop it from model.lora.target_modules")
+
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 

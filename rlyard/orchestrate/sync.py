@@ -102,7 +102,7 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
             gen_seconds = time.perf_counter() - gen_started
             # 2. score -> advantages -> one learner step -> new policy version
             advantages = compute_advantages(config, batch)
-            metrics = rollout_metrics(batch) | c.learner.train_step(batch, advantages)
+            metrics = rollout_metrics(batch) | c.learner.train_step(batch, advantages, step)
             push_weights(c, step + 1)
             step_seconds = time.perf_counter() - step_started
             train_seconds += step_seconds

@@ -50,17 +50,18 @@ class Learner:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=algo.lr, betas=(algo.beta1, algo.beta2), weight_decay=algo.weight_decay)
 
-    def train_step(self, batch: list[Trajectory], advantages: list[float]) -> dict[str, float]:
+    def train_step(self, batch: list[Trajectory], advantages: list[float], step: int = 0) -> dict[str, float]:
         algo, started = self.algo, time.perf_counter()
         self.model.train()
         sums = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
         grad_norms, trained_tokens, skipped = [], 0, 0
         # Sequences with zero advantage have zero loss and gradient when no KL / entropy term is on.
         needs_all = algo.kl_coef > 0 or algo.entropy_coef != 0
-        order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(algo.seed)).tolist()
+        order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(algo.seed * 1_000_003 + step)).tolist()
         for _epoch in range(algo.ppo_epochs):
             for mb_indices in (order[k :: algo.minibatches] for k in range(algo.minibatches)):
-                lengths = [batch[i].num_sampled_tokens for i in mb_indices]
+                # Infra-failed episodes are not the policy's doing: no loss, no share of the normaliser.
+                lengths = [0 if batch[i].infra_error else batch[i].num_sampled_tokens for i in mb_indices]
                 weight = dict(zip(mb_indices, token_weights(lengths, [batch[i].group_id for i in mb_indices], algo.loss_agg, algo.loss_constant)))
                 live = [i for i in mb_indices if weight[i] > 0 and (needs_all or advantages[i] != 0)]
                 skipped += len(mb_indices) - len(live)
