@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -59,19 +59,45 @@ class RolloutConfig(Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)  # 0 = off
     max_new_tokens: int = Field(32, ge=1)
+    truncated_reward: float | None = None  # reward of a reply cut at max_new_tokens; None = verify it as is
+
+
+ALGO_PRESETS = ("grpo", "dr_grpo", "dapo", "ppo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "remax", "gspo", "cispo")
+# The advantage estimator each preset name stands for; gspo / cispo also fix the policy loss.
+PRESET_ADVANTAGE = {"grpo": "grpo", "dr_grpo": "dr_grpo", "dapo": "grpo", "ppo": "gae", "reinforce_pp": "reinforce_pp",
+                    "reinforce_pp_baseline": "reinforce_pp_baseline", "rloo": "rloo", "remax": "remax", "gspo": "grpo", "cispo": "grpo"}
+PRESET_LOSS = {"gspo": "gspo", "cispo": "cispo"}
+TOKEN_REWARD_ADVANTAGES = ("gae", "reinforce_pp")  # estimators that take per-token rewards (KL in the reward)
 
 
 class AlgoConfig(Strict):
-    name: Literal["grpo"] = "grpo"
+    # What the algorithm is: configs/algos/<name>.yaml sets these; `algo=<name>` loads one.
+    name: Literal[ALGO_PRESETS] = "grpo"  # preset label; it fixes `advantage` (and the loss for gspo / cispo)
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "gae"] = Field(
+        "grpo", validate_default=True)  # validated even when unset: it must agree with `name`
+    loss: Literal["ppo_clip", "dual_clip", "gspo", "cispo"] = Field("ppo_clip", validate_default=True)
     lr: float = Field(2e-4, gt=0.0)
     std_normalize: bool = True  # GRPO divides by the group std; False = Dr. GRPO's advantage
-    eps_low: float = Field(0.2, ge=0.0, lt=1.0)
+    eps_low: float = Field(0.2, ge=0.0, le=1.0)  # 1.0 = no lower bound (CISPO)
     eps_high: float = Field(0.2, ge=0.0)
+    dual_clip_c: float = Field(3.0, gt=1.0)  # loss=dual_clip: the loss of an A < 0 token is at most c * |A|
+    tis_cap: float | None = Field(None, ge=1.0)  # truncated importance sampling against the engine's logprobs; None = off
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "prompt-mean", "constant"] = "token-mean"
-    loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant (max response length)
-    kl_coef: float = Field(0.0, ge=0.0)  # KL to the base model as a loss term (needs LoRA)
+    loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant; None = rollout.max_new_tokens
+    kl_coef: float = Field(0.0, ge=0.0)  # KL to the base model (needs LoRA): a loss term, or a reward penalty
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_in_reward: bool = False  # True: -kl_coef * kl_t is added to each token's reward (gae, reinforce_pp) instead of the loss
     entropy_coef: float = 0.0
+    gamma: float = Field(1.0, ge=0.0, le=1.0)  # discount (gae, reinforce_pp)
+    lam: float = Field(1.0, ge=0.0, le=1.0)  # GAE lambda
+    value_lr: float = Field(1e-3, gt=0.0)  # critic (advantage=gae): AdamW lr of the value head
+    value_clip: float = Field(0.5, gt=0.0)  # critic: clip range of the value loss around the old values
+    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more prompts
+    max_sampling_tries: int = Field(4, ge=1)  # dynamic sampling: rollout rounds per step, the first included
+    overlong_filter: bool = False  # DAPO: truncated samples (finish "length") get no loss
+    soft_overlong: bool = False  # DAPO: soft overlong punishment added to the reward
+    soft_overlong_max_len: int | None = Field(None, ge=1)  # L_max; None = rollout.max_new_tokens
+    soft_overlong_cache_len: int | None = Field(None, ge=1)  # L_cache; None = L_max // 5 (the paper's 4096 of 20480)
     ppo_epochs: int = Field(1, ge=1)
     minibatches: int = Field(1, ge=1)
     max_grad_norm: float = Field(1.0, gt=0.0)
@@ -79,6 +105,41 @@ class AlgoConfig(Strict):
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
     beta2: float = Field(0.999, ge=0.0, lt=1.0)
     seed: int = 0  # minibatch shuffling
+
+    @field_validator("advantage")
+    @classmethod
+    def _advantage_matches_name(cls, advantage: str, info: ValidationInfo) -> str:
+        name = info.data.get("name")
+        if name is not None and PRESET_ADVANTAGE[name] != advantage:
+            label = next(preset for preset, estimator in PRESET_ADVANTAGE.items() if estimator == advantage)
+            raise ValueError(f"algo.name {name!r} stands for advantage {PRESET_ADVANTAGE[name]!r}: load that whole preset "
+                             f"with algo={name}, or name advantage {advantage!r} algo.name={label}")
+        return advantage
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_matches_name(cls, loss: str, info: ValidationInfo) -> str:
+        name = info.data.get("name")
+        if name in PRESET_LOSS and PRESET_LOSS[name] != loss:
+            raise ValueError(f"algo.name {name!r} stands for loss {PRESET_LOSS[name]!r}: load that whole preset with algo={name}")
+        return loss
+
+    @field_validator("kl_in_reward")
+    @classmethod
+    def _kl_in_reward_needs_token_rewards(cls, kl_in_reward: bool, info: ValidationInfo) -> bool:
+        advantage = info.data.get("advantage")
+        if kl_in_reward and advantage is not None and advantage not in TOKEN_REWARD_ADVANTAGES:
+            raise ValueError(f"a KL reward penalty needs per-token rewards: advantage {' or '.join(TOKEN_REWARD_ADVANTAGES)}, "
+                             f"not {advantage!r}; for a KL loss term set only algo.kl_coef")
+        return kl_in_reward
+
+    @field_validator("soft_overlong_cache_len")
+    @classmethod
+    def _cache_within_max_len(cls, cache_len: int | None, info: ValidationInfo) -> int | None:
+        max_len = info.data.get("soft_overlong_max_len")
+        if cache_len is not None and max_len is not None and cache_len > max_len:
+            raise ValueError(f"must be <= algo.soft_overlong_max_len ({max_len})")
+        return cache_len
 
 
 class TrainConfig(Strict):
@@ -117,6 +178,21 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @model_validator(mode="after")
+    def _soft_overlong_fits(self) -> "RunConfig":
+        if self.algo.soft_overlong:
+            max_len, cache_len = soft_overlong_lengths(self)
+            if cache_len > max_len:
+                raise ValueError(f"algo.soft_overlong_cache_len: must be <= L_max = {max_len} "
+                                 f"(algo.soft_overlong_max_len, default rollout.max_new_tokens), got {cache_len}")
+        return self
+
+
+def soft_overlong_lengths(config: RunConfig) -> tuple[int, int]:
+    """(L_max, L_cache) of DAPO's soft overlong punishment, with their defaults resolved."""
+    max_len = config.algo.soft_overlong_max_len or config.rollout.max_new_tokens
+    return max_len, config.algo.soft_overlong_cache_len or max(1, max_len // 5)
 
 
 class ConfigError(ValueError):
@@ -160,6 +236,8 @@ def _set_dotted(tree: dict, path: list[str], value: Any, original: str) -> None:
 def _describe(error: dict, data: dict) -> str:
     loc = [str(part) for part in error["loc"]]
     field = ".".join(loc)
+    if not loc:  # a check across sections: its message starts with the field it names
+        return error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         model: type[BaseModel] = RunConfig
         for part in loc[:-1]:
@@ -202,11 +280,47 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply `key.path=value` overrides to a config tree in place and return it."""
-    for text in overrides:
-        keys, value = parse_override(text)
-        _set_dotted(data, keys, value, text)
+    """Apply `key.path=value` overrides to a config tree in place and return it.
+
+    A bare `algo=<name>` loads the preset configs/algos/<name>.yaml into the `algo` section
+    before any other override: the preset's keys replace the file's, the file's other algo
+    keys (lr ...) stay, and dotted overrides such as `algo.lr=1e-4` still win.
+    """
+    parsed = [(text, *parse_override(text)) for text in overrides]
+    for text, keys, value in parsed:
+        if keys == ["algo"] and isinstance(value, str):
+            if not isinstance(data.get("algo"), dict):
+                data["algo"] = {}
+            data["algo"].update(load_algo_preset(value))
+    for text, keys, value in parsed:
+        if not (keys == ["algo"] and isinstance(value, str)):
+            _set_dotted(data, keys, value, text)
     return data
+
+
+def algo_preset_dir() -> Path:
+    """configs/algos of the working directory, else the one next to the package (like the CLI's quickstart)."""
+    local = Path("configs/algos")
+    return local if local.is_dir() else Path(__file__).resolve().parent.parent / "configs" / "algos"
+
+
+def algo_presets() -> list[str]:
+    folder = algo_preset_dir()
+    return sorted(path.stem for path in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_algo_preset(name: str) -> dict:
+    path = algo_preset_dir() / f"{name}.yaml"
+    if not name or not path.is_file():
+        available = ", ".join(algo_presets()) or f"none ({algo_preset_dir()} is missing)"
+        raise ConfigError(f"algo={name}: no preset {path}; available: {available}")
+    try:
+        preset = read_yaml(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"algo preset {path} is not valid YAML: {exc}") from None
+    if not isinstance(preset, dict):
+        raise ConfigError(f"algo preset {path} must hold a mapping of algo keys")
+    return preset
 
 
 def split_config_args(first: str | None, rest: list[str]) -> tuple[str | None, list[str]]:

@@ -19,8 +19,14 @@ def render_prompt(tokenizer, messages: list[dict]) -> list[int]:
 
 def rollout(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], n: int, params: SamplingParams, group_prefix: str = "",
+    truncated_reward: float | None = None,
 ) -> list[Trajectory]:
-    """n samples of each task, scored; the n samples of a task share a `group_id`."""
+    """n samples of each task, scored; the n samples of a task share a `group_id`.
+
+    `truncated_reward`, when set, replaces the verdict of a reply cut off by max_new_tokens:
+    an answer counts only if the model finished it, so a short training budget cannot hide
+    trailing text that a longer evaluation budget would show.
+    """
     envs = [[family.make_env() for _ in range(n)] for _ in tasks]
     prompts = []
     for task, task_envs in zip(tasks, envs):
@@ -41,6 +47,8 @@ def rollout(
                 reward = env.score()
                 infra = reward.infra_error
                 value, components = reward.value, dict(reward.components)
+                if truncated_reward is not None and completion.finish_reason == "length" and not infra:
+                    value, components["truncated"] = truncated_reward, 1.0
             except Exception:  # a broken verifier fails this episode only
                 infra, value, components = True, 0.0, {}
                 info = {"error": traceback.format_exc(limit=3)}

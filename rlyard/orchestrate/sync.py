@@ -98,7 +98,8 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
             # 1. sample n completions for each prompt with the current weights
             tasks = c.stream.next(config.rollout.prompts_per_step)
             gen_started = time.perf_counter()
-            batch = rollout(c.engine, c.tokenizer, c.family, tasks, config.rollout.n, sampling_for_step(config, step, c.stop_token_ids), f"{step}/")
+            batch = rollout(c.engine, c.tokenizer, c.family, tasks, config.rollout.n, sampling_for_step(config, step, c.stop_token_ids), f"{step}/",
+                            config.rollout.truncated_reward)
             gen_seconds = time.perf_counter() - gen_started
             # 2. score -> advantages -> one learner step -> new policy version
             advantages = compute_advantages(config, batch)
