@@ -28,8 +28,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2) -> Path:
-    """Save weights (adapter or full), optimizer, RNG states and `state` (step, data position ...)."""
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2, critic=None) -> Path:
+    """Save weights (adapter or full), optimizer, RNG states and `state` (step, data position ...).
+
+    `critic` (PPO's value head and its optimizer, `rlyard.train.critic.Critic`) goes to critic.pt.
+    """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -38,6 +41,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str,
     staging.mkdir()
     torch.save(trainable_state_dict(model), staging / "weights.pt")
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    if critic is not None:
+        torch.save(critic.state_dict(), staging / "critic.pt")
     torch.save({**state, "step": step, "rng": rng_state()}, staging / "state.pt")
     if final.exists():
         shutil.rmtree(final)
@@ -56,9 +61,13 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path if (path / "state.pt").exists() else None
 
 
-def load_checkpoint(path: Path, model, optimizer=None) -> dict[str, Any]:
-    """Restore weights and optimizer in place; return the saved state (RNG already restored)."""
+def load_checkpoint(path: Path, model, optimizer=None, critic=None) -> dict[str, Any]:
+    """Restore weights, optimizer and critic in place; return the saved state (RNG already restored)."""
+    if critic is not None and not (path / "critic.pt").exists():
+        raise ValueError(f"{path} has no critic.pt: it was saved by a run without a value head (algo.advantage is not gae)")
     load_trainable_state_dict(model, torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+    if critic is not None:
+        critic.load_state_dict(torch.load(path / "critic.pt", map_location="cpu", weights_only=True))
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)

@@ -1,20 +1,56 @@
 """The learner: one optimisation step over a batch of scored trajectories.
 
 `train_step` is the whole algorithm on one screen: per-token weights for the aggregation,
-then per micro-batch (one shared prompt each) the policy logprobs, the PPO-clip loss, the
-optional KL and entropy terms, backward; then clip and step.
+then per micro-batch (one shared prompt each) the policy logprobs, the policy loss named by
+`algo.loss` (times the TIS weight when `algo.tis_cap` is set), the optional KL, entropy and
+value terms, backward; then clip and step. `score` is the no-grad pass that some algorithms
+need before their advantages: the trainer's own logprobs (TIS), the reference's (KL in the
+reward) and the critic's values (GAE).
 """
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from rlyard.algos import kl_estimate, ppo_clip, token_weights
+from rlyard.algos.estimators import value_loss
+from rlyard.algos.policy_losses import cispo, dual_clip, gspo, tis_weights
 from rlyard.models.lora import reference_mode
-from rlyard.train.logprobs import continuation_logprobs
+from rlyard.train.critic import Critic
+from rlyard.train.logprobs import backbone_and_head, continuation_logprobs
 from rlyard.types import Trajectory
+
+# Per-token sums a micro-batch reports; train_step divides them by the token count.
+STATS = ("policy", "kl", "entropy", "clipped", "ratio", "tokens", "tis_weight", "tis_capped", "value_loss", "value_clipped", "value")
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """The learner's no-grad pass over a batch before the update: one (L_i,) tensor per trajectory."""
+
+    old_logprobs: list[torch.Tensor] | None  # the trainer's log pi_old of each sampled token; None = not computed
+    reference_logprobs: list[torch.Tensor] | None  # log pi_ref of the base model (KL in the reward); None = not computed
+    values: list[torch.Tensor] | None  # the critic's V(s_t) before each sampled token (GAE); None = no critic
+
+
+def sampled_behaviour_logprobs(traj: Trajectory) -> torch.Tensor:
+    """(L_i,) the engine's logprobs of the sampled (loss_mask == 1) tokens."""
+    return torch.tensor([lp for lp, m in zip(traj.behaviour_logprobs, traj.loss_mask) if m], dtype=torch.float32)
+
+
+def mismatch_metrics(batch: list[Trajectory], scores: TokenScores | None) -> dict[str, float]:
+    """How far the engine's logprobs are from the trainer's recompute of the same tokens (what TIS corrects)."""
+    if scores is None or scores.old_logprobs is None:
+        return {}
+    diffs = [(scores.old_logprobs[i].cpu() - sampled_behaviour_logprobs(t)).abs() for i, t in enumerate(batch) if t.num_sampled_tokens]
+    if not diffs:
+        return {}
+    flat = torch.cat(diffs)
+    return {"train/logprob_mismatch": float(flat.mean()), "train/logprob_mismatch_max": float(flat.max())}
 
 
 @dataclass
@@ -43,72 +79,202 @@ def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) ->
 
 
 class Learner:
-    def __init__(self, model, algo, temperature: float, micro_batch_size: int):
+    def __init__(self, model, algo, temperature: float, micro_batch_size: int, max_new_tokens: int | None = None):
         self.model, self.algo, self.temperature, self.micro_batch_size = model, algo, temperature, micro_batch_size
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(params, lr=algo.lr, betas=(algo.beta1, algo.beta2), weight_decay=algo.weight_decay)
+        # loss_agg=constant divides by L_max: the response budget unless algo.loss_constant says otherwise
+        self.loss_constant = algo.loss_constant or max_new_tokens
+        self.critic: Critic | None = None
+        if algo.advantage == "gae":
+            head = backbone_and_head(model)[1]
+            self.critic = Critic(head.weight.shape[1], algo.value_lr, (algo.beta1, algo.beta2), algo.max_grad_norm, head.weight.device)
 
-    def train_step(self, batch: list[Trajectory], advantages: list[float], step: int = 0) -> dict[str, float]:
+    def train_step(
+        self, batch: list[Trajectory], advantages: Sequence[float | torch.Tensor], step: int = 0,
+        scores: TokenScores | None = None, returns: Sequence[torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """`advantages[i]`: a float per sequence or a (L_i,) tensor per sampled token. `scores`: from
+        `score(batch)`, needed by TIS and the critic; `returns`: the critic's value targets (GAE)."""
         algo, started = self.algo, time.perf_counter()
+        self._check_inputs(scores, returns)
         self.model.train()
-        sums = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
-        grad_norms, trained_tokens, skipped = [], 0, 0
-        # Sequences with zero advantage have zero loss and gradient when no KL / entropy term is on.
-        needs_all = algo.kl_coef > 0 or algo.entropy_coef != 0
+        advantages_T = [per_token(a, traj) for a, traj in zip(advantages, batch)]
+        lengths = [self.trained_length(traj) for traj in batch]
+        sums, grad_norms, trained_tokens, skipped = dict.fromkeys(STATS, 0.0), [], 0, 0
+        # Every policy loss here is linear in A: a zero-advantage sequence has zero loss and gradient,
+        # so it is skipped unless a KL, entropy or value term still needs it.
+        needs_all = (algo.kl_coef > 0 and not algo.kl_in_reward) or algo.entropy_coef != 0 or self.critic is not None
         order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(algo.seed * 1_000_003 + step)).tolist()
         for _epoch in range(algo.ppo_epochs):
             for mb_indices in (order[k :: algo.minibatches] for k in range(algo.minibatches)):
-                # Infra-failed episodes are not the policy's doing: no loss, no share of the normaliser.
-                lengths = [0 if batch[i].infra_error else batch[i].num_sampled_tokens for i in mb_indices]
-                weight = dict(zip(mb_indices, token_weights(lengths, [batch[i].group_id for i in mb_indices], algo.loss_agg, algo.loss_constant)))
-                live = [i for i in mb_indices if weight[i] > 0 and (needs_all or advantages[i] != 0)]
+                # Infra-failed episodes (and truncated ones under overlong_filter): no loss, no share of the normaliser.
+                weights = token_weights([lengths[i] for i in mb_indices], [batch[i].group_id for i in mb_indices], algo.loss_agg, self.loss_constant)
+                weight = dict(zip(mb_indices, weights))
+                live = [i for i in mb_indices if weight[i] > 0 and (needs_all or bool(advantages_T[i].any()))]
                 skipped += len(mb_indices) - len(live)
-                self.optimizer.zero_grad(set_to_none=True)
+                self._zero_grad()
                 for micro in make_microbatches(batch, live, self.micro_batch_size):
-                    loss, stats = self._micro_loss(batch, micro, advantages, weight)
+                    loss, stats = self._micro_loss(batch, micro, advantages_T, weight, scores, returns)
                     loss.backward()
                     for key, value in stats.items():
                         sums[key] += value
                     trained_tokens += len(micro.prefix) + sum(len(c) for c in micro.continuations)
-                grad_norm = torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], algo.max_grad_norm)
-                grad_norms.append(float(grad_norm))
-                self.optimizer.step()
+                grad_norms.append(self._step())
         elapsed = time.perf_counter() - started
-        tokens = max(sums["tokens"], 1.0)
-        return {
-            "loss/policy": sums["policy"] / tokens, "loss/kl": sums["kl"] / tokens,
-            "loss/entropy": sums["entropy"] / tokens, "loss/clip_fraction": sums["clipped"] / tokens,
-            "loss/ratio_mean": sums["ratio"] / tokens, "loss/grad_norm": sum(grad_norms) / len(grad_norms),
+        metrics = self._metrics(sums, grad_norms) | mismatch_metrics(batch, scores)
+        return metrics | {
             "train/skipped_sequences": skipped / (len(batch) * algo.ppo_epochs),
             "time/train": elapsed, "time/train_tokens_per_s": trained_tokens / elapsed if elapsed > 0 else 0.0,
         }
 
-    def _micro_loss(self, batch, micro: MicroBatch, advantages, weight) -> tuple[torch.Tensor, dict[str, float]]:
-        algo = self.algo
-        if algo.kl_coef > 0:
-            with reference_mode(self.model):
-                ref = continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature, with_entropy=False)
-        out = continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature)
+    def trained_length(self, traj: Trajectory) -> int:
+        """Sampled tokens that enter the loss: none for an infra failure or, with overlong_filter, a truncated reply."""
+        if traj.infra_error or (self.algo.overlong_filter and traj.finish_reason == "length"):
+            return 0
+        return traj.num_sampled_tokens
+
+    @torch.no_grad()
+    def score(self, batch: list[Trajectory]) -> TokenScores:
+        """The no-grad pass before advantages, doing only what the algorithm needs: the trainer's old
+        logprobs (TIS; GAE's pass gives them for free), the reference's (KL in the reward), V(s_t) (GAE)."""
+        algo, critic = self.algo, self.critic
+        want_old = algo.tis_cap is not None or critic is not None
+        want_ref = algo.kl_in_reward and algo.kl_coef > 0
+        empty = [torch.zeros(0) for _ in batch]
+        old, ref, values = list(empty), list(empty), list(empty)
+        if want_old or want_ref:
+            was_training = self.model.training
+            self.model.eval()  # no dropout: the old logprobs are those of the policy itself
+            try:
+                for micro in make_microbatches(batch, [i for i, t in enumerate(batch) if t.num_sampled_tokens], self.micro_batch_size):
+                    if want_old:
+                        out = self._logprobs(micro, with_entropy=False, with_hidden=critic is not None)
+                        for row, i in enumerate(micro.indices):
+                            old[i] = out.logprobs[row]
+                            if critic is not None:
+                                values[i] = critic.values(out.hidden[row])
+                    if want_ref:
+                        reference = self._reference(micro)
+                        for row, i in enumerate(micro.indices):
+                            ref[i] = reference.logprobs[row]
+            finally:
+                self.model.train(was_training)
+        return TokenScores(old if want_old else None, ref if want_ref else None, values if critic is not None else None)
+
+    def _check_inputs(self, scores: TokenScores | None, returns) -> None:
+        if self.algo.tis_cap is not None and (scores is None or scores.old_logprobs is None):
+            raise ValueError("algo.tis_cap needs the trainer's old logprobs: pass scores=learner.score(batch)")
+        if self.critic is not None and (scores is None or scores.values is None or returns is None):
+            raise ValueError("advantage gae trains a critic: pass scores=learner.score(batch) and the GAE returns")
+
+    def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
+        return continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
+                                     with_entropy=with_entropy, with_hidden=with_hidden)
+
+    def _reference(self, micro: MicroBatch):
+        with reference_mode(self.model):
+            return self._logprobs(micro, with_entropy=False)
+
+    def _zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.critic is not None:
+            self.critic.zero_grad()
+
+    def _step(self) -> float:
+        """Clip and step the policy (and the critic, on its own norm); returns the policy's gradient norm."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
+        self.optimizer.step()
+        if self.critic is not None:
+            self.critic.step()
+        return float(grad_norm)
+
+    def _micro_loss(self, batch, micro: MicroBatch, advantages_T, weight, scores, returns) -> tuple[torch.Tensor, dict[str, float]]:
+        algo, critic = self.algo, self.critic
+        ref = self._reference(micro) if algo.kl_coef > 0 and not algo.kl_in_reward else None
+        out = self._logprobs(micro, with_hidden=critic is not None)
         loss = torch.zeros((), device=out.logprobs[0].device)
-        stats = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
+        stats = dict.fromkeys(STATS, 0.0)
+        trainer_old = scores.old_logprobs if scores is not None else None
         for row, i in enumerate(micro.indices):
-            traj, logprobs_T = batch[i], out.logprobs[row]
-            old_T = torch.tensor([lp for lp, m in zip(traj.behaviour_logprobs, traj.loss_mask) if m], device=logprobs_T.device)
-            advantages_T = torch.full_like(logprobs_T, float(advantages[i]))
-            token_loss_T, clipped_T = ppo_clip(logprobs_T, old_T, advantages_T, algo.eps_low, algo.eps_high)
-            policy_T = token_loss_T
-            if algo.kl_coef > 0:
+            logprobs_T = out.logprobs[row]
+            token_loss_T = self._policy_terms(logprobs_T, batch[i], advantages_T[i], trainer_old and trainer_old[i], stats)
+            if ref is not None:
                 kl_T = kl_estimate(logprobs_T, ref.logprobs[row], algo.kl_estimator)
                 token_loss_T = token_loss_T + algo.kl_coef * kl_T
                 stats["kl"] += float(kl_T.detach().sum())
             if algo.entropy_coef != 0:
                 token_loss_T = token_loss_T - algo.entropy_coef * out.entropies[row]
+            if critic is not None:
+                # The head reads detached features: this term's gradient reaches the value head only.
+                values_T = critic.values(out.hidden[row])
+                value_T, value_clipped_T = value_loss(values_T, scores.values[i].to(values_T.device), returns[i].to(values_T.device), algo.value_clip)
+                token_loss_T = token_loss_T + value_T
+                stats["value_loss"] += float(value_T.detach().sum())
+                stats["value_clipped"] += float(value_clipped_T.sum())
+                stats["value"] += float(values_T.detach().sum())
             loss = loss + weight[i] * token_loss_T.sum()
-            stats["policy"] += float(policy_T.detach().sum())
             stats["entropy"] += float(out.entropies[row].detach().sum())
-            stats["clipped"] += float(clipped_T.sum())
-            stats["ratio"] += float(torch.exp(logprobs_T.detach() - old_T).sum())
             stats["tokens"] += len(logprobs_T)
         return loss, stats
+
+    def _policy_terms(self, logprobs_T, traj: Trajectory, advantages_T, trainer_old_T, stats) -> torch.Tensor:
+        """The per-token policy loss of one sequence, TIS-weighted when algo.tis_cap is set."""
+        algo, device = self.algo, logprobs_T.device
+        behaviour_T = sampled_behaviour_logprobs(traj).to(device)
+        # With TIS the ratio is centred on the trainer's own old logprobs; the engine's enter only through w_t.
+        old_T = trainer_old_T.to(device) if algo.tis_cap is not None else behaviour_T
+        policy_T, clipped_T = self._policy_loss(logprobs_T, old_T, advantages_T.to(device))
+        if algo.tis_cap is not None:
+            tis_T = tis_weights(old_T, behaviour_T, algo.tis_cap)
+            policy_T = tis_T * policy_T
+            stats["tis_weight"] += float(tis_T.sum())
+            stats["tis_capped"] += float(((old_T - behaviour_T) > math.log(algo.tis_cap)).sum())
+        stats["policy"] += float(policy_T.detach().sum())
+        stats["clipped"] += float(clipped_T.sum())
+        stats["ratio"] += float(torch.exp(logprobs_T.detach() - old_T).sum())
+        return policy_T
+
+    def _policy_loss(self, logprobs_T, old_T, advantages_T) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token loss and 0/1 clipped flags of one sequence, for the loss named by algo.loss."""
+        algo = self.algo
+        if algo.loss == "ppo_clip":
+            return ppo_clip(logprobs_T, old_T, advantages_T, algo.eps_low, algo.eps_high)
+        elif algo.loss == "dual_clip":
+            return dual_clip(logprobs_T, old_T, advantages_T, algo.eps_low, algo.eps_high, algo.dual_clip_c)
+        elif algo.loss == "gspo":
+            one_sequence_T = torch.zeros(len(logprobs_T), dtype=torch.long, device=logprobs_T.device)
+            return gspo(logprobs_T, old_T, advantages_T, one_sequence_T, algo.eps_low, algo.eps_high)
+        elif algo.loss == "cispo":
+            return cispo(logprobs_T, old_T, advantages_T, algo.eps_low, algo.eps_high)
+        raise ValueError(f"unknown policy loss {algo.loss!r}")
+
+    def _metrics(self, sums: dict[str, float], grad_norms: list[float]) -> dict[str, float]:
+        tokens = max(sums["tokens"], 1.0)
+        metrics = {
+            "loss/policy": sums["policy"] / tokens, "loss/kl": sums["kl"] / tokens,
+            "loss/entropy": sums["entropy"] / tokens, "loss/clip_fraction": sums["clipped"] / tokens,
+            "loss/ratio_mean": sums["ratio"] / tokens, "loss/grad_norm": sum(grad_norms) / len(grad_norms),
+        }
+        if self.algo.tis_cap is not None:
+            metrics |= {"train/tis_weight_mean": sums["tis_weight"] / tokens, "train/tis_capped_fraction": sums["tis_capped"] / tokens}
+        if self.critic is not None:
+            metrics |= {"loss/value": sums["value_loss"] / tokens, "loss/value_clip_fraction": sums["value_clipped"] / tokens,
+                        "train/value_mean": sums["value"] / tokens}
+        return metrics
+
+
+def per_token(advantage: float | torch.Tensor | Sequence[float], traj: Trajectory) -> torch.Tensor:
+    """(L_i,) advantages of one trajectory's sampled tokens: a per-sequence value is broadcast."""
+    length = traj.num_sampled_tokens
+    if isinstance(advantage, (int, float)):
+        return torch.full((length,), float(advantage))
+    advantage_T = torch.as_tensor(advantage, dtype=torch.float32).detach()
+    if advantage_T.dim() == 0:
+        return advantage_T.expand(length).clone()
+    if advantage_T.shape != (length,):
+        raise ValueError(f"per-token advantages of {traj.group_id!r} have shape {tuple(advantage_T.shape)}, expected ({length},)")
+    return advantage_T

@@ -18,6 +18,7 @@ import torch
 class GroupLogprobs:
     logprobs: list[torch.Tensor]  # per continuation: (L_i,) logprob of each sampled token
     entropies: list[torch.Tensor]  # per continuation: (L_i,) entropy of the predicting distribution
+    hidden: list[torch.Tensor] | None = None  # per continuation: (L_i, H) last hidden state predicting each token (critic)
 
 
 def backbone_and_head(model):
@@ -28,12 +29,13 @@ def backbone_and_head(model):
 
 def continuation_logprobs(
     model, prefix: list[int], continuations: list[list[int]], masks: list[list[int]],
-    temperature: float = 1.0, with_entropy: bool = True,
+    temperature: float = 1.0, with_entropy: bool = True, with_hidden: bool = False,
 ) -> GroupLogprobs:
     """Logprobs of the masked (sampled) tokens of each continuation of one shared prefix.
 
     prefix: the tokens every continuation starts from (at least one token).
     continuations / masks: the tokens after the prefix and their loss_mask (1 = sampled).
+    with_hidden: also return the last hidden state that predicts each sampled token (the critic reads it).
     """
     if not prefix:
         raise ValueError("a prefix needs at least one token (the first token is never predicted)")
@@ -72,4 +74,5 @@ def continuation_logprobs(
     else:
         token_entropy = torch.zeros_like(token_logprobs)
     counts = [sum(mask) for mask in masks]
-    return GroupLogprobs(list(token_logprobs.split(counts)), list(token_entropy.split(counts)))
+    hidden_states = list(selected.split(counts)) if with_hidden else None
+    return GroupLogprobs(list(token_logprobs.split(counts)), list(token_entropy.split(counts)), hidden_states)
