@@ -210,7 +210,7 @@ def _traj(group: str, reward: float, infra: bool = False) -> Trajectory:
 def test_infra_errors_leave_their_group_before_advantages(tiny_model_dir, tmp_path):
     config = make_config(tiny_model_dir, tmp_path)
     batch = [_traj("g", 1.0), _traj("g", 0.0), _traj("g", 0.0, infra=True), _traj("g", 1.0)]
-    advantages = compute_advantages(config, batch)
+    advantages = compute_advantages(config, batch).advantages
     # valid rewards [1, 0, 1]: mean 2/3, sample std sqrt(((1/3)^2 * 2 + (2/3)^2) / 2) = sqrt(1/3)
     std = ((2 * (1 / 3) ** 2 + (2 / 3) ** 2) / 2) ** 0.5
     up, down = (1 / 3) / (std + 1e-6), (-2 / 3) / (std + 1e-6)
