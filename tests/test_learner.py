@@ -213,7 +213,12 @@ def test_micro_batch_size_does_not_change_the_update(tiny_model, prompts, sample
     assert metrics[0]["loss/grad_norm"] == pytest.approx(metrics[1]["loss/grad_norm"], rel=1e-5)
     flat = lambda model: torch.cat([p.detach().flatten() for p in model.parameters()])  # noqa: E731
     one, eight, before = flat(models[0]), flat(models[1]), flat(tiny_model)
-    assert (one - eight).abs().max().item() < 1e-6
+    # Adam's step is ~lr * sign(g) for a gradient entry near 1e-9, so rounding that flips such an
+    # entry's sign moves its weight by ~lr: differences above 1e-6 may only sit on those entries.
+    grad_flat = torch.cat([g.flatten() for g in grads[1].values()])  # same order as parameters()
+    assert len(grad_flat) == len(one)
+    off = (one - eight).abs() > 1e-6
+    assert (grad_flat.abs()[off] < 1e-7).all(), "a weight with a real gradient moved differently"
     assert (one - eight).abs().mean().item() < 1e-9  # nearly every weight agrees to float precision
     assert (one - before).abs().median().item() > 0.5 * lr  # the steps did move the weights
 
