@@ -76,9 +76,9 @@ def test_run_outputs_exist(learning_run):
         assert row["progress/samples"] == row["step"] * 16
         assert row["time/step"] > 0 and 0.0 <= row["reward/mean"] <= 1.0
     eval_rows = [row for row in rows if "eval/accuracy" in row]
-    assert len(eval_rows) == 1 and eval_rows[0]["step"] == LEARN_STEPS
-    assert eval_rows[0]["eval/accuracy"] == result.final_accuracy
-    assert result.base_accuracy is not None
+    assert [row["step"] for row in eval_rows] == [0, LEARN_STEPS]  # base model, then final model
+    assert eval_rows[0]["eval/accuracy"] == result.base_accuracy
+    assert eval_rows[1]["eval/accuracy"] == result.final_accuracy
 
     # trajectories.jsonl: every sample, readable, and its reward is the toy verifier's verdict
     trajs = read_jsonl(run_dir / "trajectories.jsonl")

@@ -58,7 +58,7 @@ class MetricsLogger:
         self._tb = None
         self._wandb = None
         self._bar: tqdm | None = None
-        self._last_step: int | None = None
+        self._last_step: int = start_step  # a row at the start step (the base eval) does not tick
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             # Sinks first: a missing package should fail before the jsonl is touched.

@@ -253,6 +253,7 @@ def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
                        config.output.wandb_project, config.model_dump(mode="json"), config.output.progress) as logger:
         if c.eval_tasks and config.eval.at_start and base_accuracy is None:
             base_accuracy = run_eval(c, config, logger, "base model")
+            logger.log(0, {"eval/accuracy": base_accuracy})
         for step in range(start_step, config.train.steps):
             step_started = time.perf_counter()
             # 1. sample n completions for each prompt with the current weights
