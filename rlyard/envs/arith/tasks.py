@@ -6,15 +6,14 @@ sampled only from its own side by rejection.
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from typing import Any
 
+from rlyard.envs.splits import merge_options
+from rlyard.envs.splits import split_of as shared_split_of
 from rlyard.types import Task
 
-SPLITS = ("train", "eval")
 OPERATORS = "+-*"
-EVAL_PERCENT = 10
 DEFAULTS: dict[str, Any] = {
     "ops": "+",
     "min_value": 10,
@@ -26,8 +25,7 @@ DEFAULTS: dict[str, Any] = {
 
 def split_of(canonical: str) -> str:
     """The split a problem lives in; stable across runs, machines and Python versions."""
-    digest = hashlib.sha256(f"rlyard/arith/{canonical}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < EVAL_PERCENT else "train"
+    return shared_split_of("arith", canonical)
 
 
 def canonical(x: int, op: str, y: int) -> str:
@@ -83,14 +81,7 @@ def _task(split: str, x: int, op: str, y: int, opts: dict[str, Any]) -> Task:
 
 def _check_options(split: str, n: int, options: dict[str, Any]) -> dict[str, Any]:
     """Merge options over the defaults; raise with the allowed values on anything unknown."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed: {list(SPLITS)}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown arith option(s) {unknown}; allowed: {sorted(DEFAULTS)}")
-    opts = {**DEFAULTS, **options}
+    opts = merge_options("arith", split, n, options, DEFAULTS)
     ops = opts["ops"]
     if not isinstance(ops, str) or not ops or set(ops) - set(OPERATORS):
         raise ValueError(f"ops must be a non-empty string of characters from {OPERATORS!r}, got {ops!r}")

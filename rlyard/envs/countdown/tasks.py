@@ -7,15 +7,14 @@ is a stable hash of its canonical text (sorted numbers and target), about 10% ev
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from fractions import Fraction
 from typing import Any
 
+from rlyard.envs.splits import merge_options
+from rlyard.envs.splits import split_of as shared_split_of
 from rlyard.types import Task
 
-SPLITS = ("train", "eval")
-EVAL_PERCENT = 10
 DEFAULTS: dict[str, Any] = {
     "num_count": 3,  # how many numbers the model is given (2..6)
     "min_number": 1,
@@ -33,8 +32,7 @@ PROMPT = (
 
 def split_of(canonical: str) -> str:
     """The split a problem lives in; stable across runs, machines and Python versions."""
-    digest = hashlib.sha256(f"rlyard/countdown/{canonical}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < EVAL_PERCENT else "train"
+    return shared_split_of("countdown", canonical)
 
 
 def canonical(numbers: list[int], target: int) -> str:
@@ -105,14 +103,7 @@ def _task(split: str, numbers: list[int], target: int, solution: str, opts: dict
 
 def _check_options(split: str, n: int, options: dict[str, Any]) -> dict[str, Any]:
     """Merge options over the defaults; raise with the allowed values on anything unknown."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed: {list(SPLITS)}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"unknown countdown option(s) {unknown}; allowed: {sorted(DEFAULTS)}")
-    opts = {**DEFAULTS, **options}
+    opts = merge_options("countdown", split, n, options, DEFAULTS)
     for key in ("num_count", "min_number", "max_number", "min_target", "max_target"):
         if isinstance(opts[key], bool) or not isinstance(opts[key], int):
             raise ValueError(f"{key} must be an int, got {opts[key]!r}")
