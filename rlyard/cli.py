@@ -12,6 +12,7 @@ from rlyard.config import ConfigError, load_config, load_run_config, split_confi
 EPILOG = """examples:
   rlyard train                                    # quickstart: embedded SmolLM2-135M learns 2-digit addition on CPU
   rlyard train configs/quickstart.yaml algo.lr=2e-5 rollout.n=8
+  rlyard train configs/quickstart.yaml algo=dapo   # a preset from configs/algos/ (grpo, dr_grpo, dapo, ppo, ...)
   rlyard train --resume runs/quickstart-20261130-101500
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
   rlyard envs list
