@@ -13,7 +13,8 @@ import torch
 import yaml
 
 from rlyard.config import build_config, load_config
-from rlyard.orchestrate.sync import compute_advantages, train
+from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.targets import compute_advantages
 from rlyard.types import Trajectory
 
 from conftest import TOY_PROMPT, TOY_TARGET

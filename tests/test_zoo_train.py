@@ -24,7 +24,9 @@ from rlyard.engines import HFEngine
 from rlyard.envs.base import Family, SingleTurnEnv, register
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.setup import build
-from rlyard.orchestrate.sync import compute_advantages, sample_batch, train
+from rlyard.orchestrate.sampling import sample_batch
+from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.targets import compute_advantages
 from rlyard.train import Learner, load_checkpoint
 from rlyard.train.learner import TokenScores
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
