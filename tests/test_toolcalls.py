@@ -260,3 +260,9 @@ def test_fuzz_random_replies_never_raise(fmt):
         assert isinstance(r.text, str) and all(isinstance(e, str) and e for e in r.errors)
         assert all(isinstance(c.arguments, dict) for c in r.calls)
         format_tool_error(r.errors)
+
+
+def test_absurdly_deep_json_is_an_error_not_a_crash():
+    assert "nested too deeply" in one_error("<tool_call>" + "[" * 100_000 + "</tool_call>")
+    deep = json.dumps({"name": "bash", "arguments": "[" * 100_000})
+    assert "not valid JSON" in one_error(f"<tool_call>{deep}</tool_call>")

@@ -118,15 +118,11 @@ def _parse_hermes(reply: str, specs: dict[str, dict] | None) -> ParseResult:
     return ParseResult(calls, errors, "".join(prose).strip())
 
 
-def _strip_fence(body: str) -> str:
-    # Some models wrap the JSON in a ```json fence inside the tags; the content is still clear.
-    m = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, re.DOTALL)
-    return m.group(1) if m else body
-
-
 def _hermes_call(body: str, id_: str, label: str, specs: dict[str, dict] | None):
     """(ToolCall, None) or (None, error sentence) for the text between the tags."""
-    text = _strip_fence(body.strip())
+    # Some models wrap the JSON in a ```json fence inside the tags; the content is still clear.
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body.strip(), re.DOTALL)
+    text = fenced.group(1) if fenced else body.strip()
     if not text:
         return None, f"{label}: the {OPEN} tags are empty. Expected:\n{HERMES_SHAPE}"
     try:
@@ -135,6 +131,8 @@ def _hermes_call(body: str, id_: str, label: str, specs: dict[str, dict] | None)
         near = text[max(0, e.pos - 20): e.pos + 20].replace("\n", " ")
         return None, (f"{label}: invalid JSON: {e.msg} at line {e.lineno} column {e.colno} "
                       f"(char {e.pos}, near {near!r}). Expected:\n{HERMES_SHAPE}")
+    except RecursionError:
+        return None, f"{label}: the JSON is nested too deeply. Expected:\n{HERMES_SHAPE}"
     if not isinstance(obj, dict):
         return None, f"{label}: expected a JSON object, got {_json_type(obj)}. Expected:\n{HERMES_SHAPE}"
     name = obj.get("name")
@@ -147,9 +145,9 @@ def _hermes_call(body: str, id_: str, label: str, specs: dict[str, dict] | None)
     if isinstance(args, str):  # some templates emit arguments as a JSON-encoded string
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            return None, (f'{label}: "arguments" is a string that is not valid JSON ({e.msg} at char '
-                          f'{e.pos}); give an object instead. Expected:\n{HERMES_SHAPE}')
+        except (json.JSONDecodeError, RecursionError) as e:
+            return None, (f'{label}: "arguments" is a string that is not valid JSON ({e}); '
+                          f"give an object instead. Expected:\n{HERMES_SHAPE}")
     if not isinstance(args, dict):
         return None, (f'{label}: "arguments" must be a JSON object, got {_json_type(args)}. '
                       f"Expected:\n{HERMES_SHAPE}")
@@ -178,19 +176,15 @@ def _json_type(value: Any) -> str:
     return next((t for t, cls in JSON_TYPES.items() if isinstance(value, cls)), type(value).__name__)
 
 
-def _has_type(value: Any, t: str) -> bool:
-    actual = _json_type(value)
-    return actual == t or (t == "number" and actual == "integer")
-
-
 def _check(value: Any, schema: dict, path: str) -> list[str]:
     """Problems of `value` against type / required / properties / items / enum /
     additionalProperties=false; anything else in the schema is not checked."""
     where = f"argument {path!r}" if path else "arguments"
     types = schema.get("type")
     types = [types] if isinstance(types, str) else types
-    if types and not any(_has_type(value, t) for t in types):
-        return [f"{where} must be {' or '.join(types)}, got {_json_type(value)}"]
+    actual = _json_type(value)
+    if types and not any(t == actual or (t, actual) == ("number", "integer") for t in types):
+        return [f"{where} must be {' or '.join(types)}, got {actual}"]
     if "enum" in schema and value not in schema["enum"]:
         return [f"{where} must be one of {json.dumps(schema['enum'], ensure_ascii=False)}"]
     problems = []
@@ -226,7 +220,7 @@ def _signature(schema: dict) -> str:
 _FENCE_OPEN = re.compile(r"^([ \t]*)(`{3,})[ \t]*([\w+-]*)[^`]*$")
 _ONE_LINE = re.compile(r"^[ \t]*```(?:bash|sh)[ \t]+(.+?)[ \t]*```[ \t]*$")
 _HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)[ \t]*(['\"]?)([A-Za-z_]\w*)\2")
-BASH_LANGS = ("bash", "sh")
+BASH_LANGS = ("bash", "sh", "shell")
 
 
 def _find_close(lines: list[str], start: int, ticks: str, heredocs: bool) -> int:
