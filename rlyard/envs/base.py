@@ -16,6 +16,7 @@ from rlyard.types import Message, Reward, Task
 class StepResult:
     messages: list[Message] = field(default_factory=list)  # tool / env messages to append
     done: bool = True
+    reason: str = "done"  # why the episode ended when done: "done", "no_tool_call", "submitted" ...
 
 
 class Environment(Protocol):
