@@ -266,3 +266,23 @@ def test_absurdly_deep_json_is_an_error_not_a_crash():
     assert "nested too deeply" in one_error("<tool_call>" + "[" * 100_000 + "</tool_call>")
     deep = json.dumps({"name": "bash", "arguments": "[" * 100_000})
     assert "not valid JSON" in one_error(f"<tool_call>{deep}</tool_call>")
+
+
+def test_fuzz_random_valid_calls_round_trip():
+    rng = random.Random(1)
+    atoms = [0, -7, 2.5, True, None, "", "a b", "é\n\"q\"", "</tool_call>", "```", {}, []]
+
+    def value(depth):
+        if depth > 2 or rng.random() < 0.5:
+            return rng.choice(atoms)
+        if rng.random() < 0.5:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 3))}
+
+    for _ in range(500):
+        calls = [(f"t{i}", {f"a{j}": value(0) for j in range(rng.randint(0, 4))}) for i in range(rng.randint(1, 3))]
+        # A literal </tool_call> inside a JSON string would end the call early: JSON escapes it.
+        body = [json.dumps({"name": n, "arguments": a}).replace("</", "<\\/") for n, a in calls]
+        reply = "".join(f"prose {i}\n<tool_call>{b}</tool_call>" for i, b in enumerate(body))
+        r = parse_tool_calls(reply, "hermes")
+        assert r.errors == [] and [(c.name, c.arguments) for c in r.calls] == calls

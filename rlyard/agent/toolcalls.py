@@ -8,7 +8,8 @@ Two formats, chosen per environment:
 
 Parsing never raises on model output: whatever is wrong goes into `ParseResult.errors` as a
 sentence the model can act on, and `format_tool_error` turns those into the reply shown to it.
-A malformed tool spec, on the other hand, is a configuration error and raises `ValueError`.
+A malformed tool spec, on the other hand, is a configuration error and raises (`ValueError`,
+`TypeError` for a spec that is not a dict or a name).
 See docs/tool_calls.md.
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ def normalize_tool(spec: dict | str) -> dict:
     if isinstance(spec, str):
         return {"name": spec, "description": "", "parameters": None}
     if not isinstance(spec, dict):
-        raise ValueError(f"a tool spec must be a dict or a name, got {type(spec).__name__}")
+        raise TypeError(f"a tool spec must be a dict or a name, got {type(spec).__name__}")
     fn = spec["function"] if spec.get("type") == "function" and "function" in spec else spec
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
         raise ValueError(f"a tool spec needs a non-empty string 'name': {spec!r}")
@@ -218,7 +219,7 @@ def _signature(schema: dict) -> str:
 # ---------------------------------------------------------------- bash blocks
 
 _FENCE_OPEN = re.compile(r"^([ \t]*)(`{3,})[ \t]*([\w+-]*)[^`]*$")
-_ONE_LINE = re.compile(r"^[ \t]*```(?:bash|sh)[ \t]+(.+?)[ \t]*```[ \t]*$")
+_ONE_LINE = re.compile(r"^[ \t]*```(?i:bash|sh|shell)[ \t]+(.+?)[ \t]*```[ \t]*$")
 _HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)[ \t]*(['\"]?)([A-Za-z_]\w*)\2")
 BASH_LANGS = ("bash", "sh", "shell")
 
