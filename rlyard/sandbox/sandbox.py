@@ -163,9 +163,9 @@ class Sandbox:
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         return drop + rlimits + argv
 
-    def _bwrap_argv(self, argv: list[str], info_fd: int) -> list[str]:
+    def _bwrap_argv(self, argv: list[str], started_fd: int) -> list[str]:
         out = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
+               "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
         if self.as_root:  # only to let setpriv switch uid; setpriv then drops every capability
             out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
@@ -176,17 +176,17 @@ class Sandbox:
                 "--bind", str(self.workspace), MOUNT_POINT, "--chdir", MOUNT_POINT,
                 "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", MOUNT_POINT,
                 "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
-                "--hostname", "sandbox", "--"]
+                "--hostname", "sandbox", "--", "/bin/sh", "-c", _started_script(started_fd), "sh"]
         return out + self._inner(argv)
 
-    def _unshare_argv(self, argv: list[str]) -> list[str]:
+    def _unshare_argv(self, argv: list[str], started_fd: int) -> list[str]:
         # World-writable host dirs get a private tmpfs so "nobody" cannot leave files on the host.
         mounts = "; ".join(f"mount -t tmpfs -o size={self.limits.tmp_bytes} tmpfs {d}"
                            for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d))
         user = [] if self.as_root else ["--user", "--map-root-user"]
         return ["unshare", *user, "--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc",
                 "--uts", "--mount", "--propagation", "private", "--",
-                "/bin/sh", "-c", f'{mounts} || exit 125; exec "$@"', "sh", *self._inner(argv)]
+                "/bin/sh", "-c", f'{mounts} || exit 125; ' + _started_script(started_fd), "sh", *self._inner(argv)]
 
     def _unsafe_argv(self, argv: list[str]) -> list[str]:
         # allow_unsafe: no namespaces and no uid change, but the rlimits still apply.
@@ -222,12 +222,12 @@ class Sandbox:
             stdin = stdin.encode()
         wall = self.limits.wall_s if timeout_s is None else min(timeout_s, self.limits.wall_s)
         self._chown_workspace()
-        info_r, info_w = os.pipe()
+        started_r, started_w = os.pipe()
         try:
             if self.isolation == "bwrap":
-                full, env, cwd = self._bwrap_argv(argv, info_w), self._env(), "/"
+                full, env, cwd = self._bwrap_argv(argv, started_w), self._env(), "/"
             elif self.isolation == "unshare":
-                full, env, cwd = self._unshare_argv(argv), self._env(), str(self.workspace)
+                full, env, cwd = self._unshare_argv(argv, started_w), self._env(), str(self.workspace)
             else:
                 full, env, cwd = self._unsafe_argv(argv), self._env(), str(self.workspace)
             started = time.monotonic()
@@ -235,22 +235,22 @@ class Sandbox:
                 proc = subprocess.Popen(
                     full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
-                    start_new_session=True, pass_fds=(info_w,))
+                    start_new_session=True, pass_fds=(started_w,))
             except OSError as e:
                 raise SandboxError(f"cannot start {full[0]}: {e}") from e
-            os.close(info_w)
-            info_w = -1
+            os.close(started_w)
+            started_w = -1
             out = _Capture(proc, stdin, self.limits)
             reason = out.pump(started + wall)
             duration = time.monotonic() - started
-            info = _read_all(info_r)
+            started = _read_all(started_r)
         finally:
-            os.close(info_r)
-            if info_w >= 0:
-                os.close(info_w)
+            os.close(started_r)
+            if started_w >= 0:
+                os.close(started_w)
         code = proc.returncode
         if reason is None:
-            self._check_started(code, info, out.err)
+            self._check_started(code, started, out.err)
         if reason is None and code > 128:
             reason = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}.get(code - 128, None)
             if reason is None and code - 128 == signal.SIGKILL:
@@ -259,14 +259,20 @@ class Sandbox:
                       timed_out=reason == "wall_time", killed_reason=reason,
                       truncated=out.truncated, duration_s=duration)
 
-    def _check_started(self, code: int, info: bytes, stderr: bytearray) -> None:
-        """bwrap writes --info-fd only once the sandbox is set up; no info means it never started."""
-        if self.isolation == "bwrap" and code != 0 and not info:
-            raise SandboxError(f"bwrap could not start the sandbox (exit {code}): "
+    def _check_started(self, code: int, started: bytes, stderr: bytearray) -> None:
+        """No byte on the started pipe means the namespaces or mounts failed before the command ran.
+
+        The byte is written inside the sandbox, still as root, before the command starts, so a
+        hostile command cannot fake an infra failure by printing "bwrap: ..." and exiting 1.
+        """
+        if self.isolation != "none" and not started:
+            raise SandboxError(f"{self.isolation} could not start the sandbox (exit {code}): "
                                f"{bytes(stderr[-2000:]).decode(errors='replace').strip()}")
-        if self.isolation == "unshare" and (code == 125 or stderr.startswith(b"unshare: ")):
-            raise SandboxError(f"unshare could not start the sandbox (exit {code}): "
-                               f"{bytes(stderr[-2000:]).decode(errors='replace').strip()}")
+
+
+def _started_script(fd: int) -> str:
+    # Through /proc because dash cannot redirect to a two-digit fd; runs before the uid drop.
+    return f'printf . > /proc/self/fd/{fd} || exit 125; exec "$@"'
 
 
 def _read_all(fd: int) -> bytes:
