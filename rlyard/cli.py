@@ -1,4 +1,4 @@
-"""`rlyard train | eval | envs`: the command line."""
+"""`rlyard train | eval | serve | envs`: the command line."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +15,7 @@ EPILOG = """examples:
   rlyard train configs/quickstart.yaml algo=dapo   # a preset from configs/algos/ (grpo, dr_grpo, dapo, ppo, ...)
   rlyard train --resume runs/quickstart-20261130-101500
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
+  rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
   rlyard envs list
 """
 
@@ -84,6 +85,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from rlyard.orchestrate.setup import build, push_weights
+    from rlyard.serve import RlyardServer, serve
+
+    path, overrides = split_config_args(args.config, args.overrides)
+    checkpoint = None
+    if args.checkpoint:
+        from rlyard.train import latest_checkpoint, load_checkpoint
+
+        given = Path(args.checkpoint)
+        checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
+        if checkpoint is None:
+            raise ConfigError(f"no checkpoint found in {given}")
+        config = load_run_config(checkpoint.parent.parent, [*overrides, "eval.size=0"])
+    else:
+        config = load_config(path or default_config_path(), [*overrides, "eval.size=0"])
+    components = build(config, train=checkpoint is not None)
+    if checkpoint is not None:
+        push_weights(components, load_checkpoint(checkpoint, components.model)["policy_version"])
+    app = RlyardServer(components.engine, components.tokenizer, args.model_name or config.model.name,
+                       components.stop_token_ids, max_tokens_default=config.rollout.max_new_tokens)
+    httpd = serve(app, args.host, args.port)
+    print(f"[rlyard] serving {app.model_name} at http://{args.host}:{httpd.server_address[1]}/v1 "
+          f"(sessions: /sessions/<id>/v1, recorded at /sessions/<id>/trajectories)", flush=True)
+    try:
+        httpd.serve_forever()
+    finally:
+        httpd.server_close()
+    return 0
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     from rlyard.envs import family_names, get_family
 
@@ -113,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--samples", type=int, default=0, help="samples per task for pass@k (0 = greedy only)")
     ev.add_argument("--k", type=int, default=1, help="k of pass@k (needs --samples >= k)")
     ev.add_argument("--output", help="JSON file for the results")
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over the policy (chat with tools, completions, sessions)")
+    sv.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml)")
+    sv.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
+    sv.add_argument("--checkpoint", metavar="RUN_DIR", help="serve a run's latest checkpoint (or one checkpoint folder)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--model-name", help="the model id reported by /v1/models (default: model.name)")
     envs = sub.add_parser("envs", help="list environment families or print tasks")
     envs.add_argument("action", choices=["list", "show"])
     envs.add_argument("name", nargs="?", default="arith")
@@ -124,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "envs": cmd_envs}[args.command](args)
+        return {"train": cmd_train, "eval": cmd_eval, "serve": cmd_serve, "envs": cmd_envs}[args.command](args)
     except ConfigError as exc:
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
