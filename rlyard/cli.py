@@ -51,6 +51,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rlyard.orchestrate.evaluate import evaluate
+    from rlyard.orchestrate.sampling import agent_limits
     from rlyard.orchestrate.setup import build
 
     path, overrides = split_config_args(args.config, args.overrides)
@@ -74,7 +75,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         push_weights(components, state["policy_version"])
     result = evaluate(components.engine, components.tokenizer, components.family, components.eval_tasks,
                       config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
-                      config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature)
+                      config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature,
+                      limits=agent_limits(config))
     model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
     print(f"\n{'model':<12} {model_label}\n{'env':<12} {config.env.name} (eval split, {len(components.eval_tasks)} tasks)")
     for key, value in result.items():

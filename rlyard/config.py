@@ -70,6 +70,16 @@ PRESET_LOSS = {"gspo": "gspo", "cispo": "cispo"}
 TOKEN_REWARD_ADVANTAGES = ("gae", "reinforce_pp")  # estimators that take per-token rewards (KL in the reward)
 
 
+class AgentConfig(Strict):
+    """Limits of multi-turn episodes (families with tools, e.g. `files`)."""
+
+    max_turns: int = Field(6, ge=1)
+    max_tokens_per_turn: int = Field(128, ge=1)
+    max_total_tokens: int = Field(2048, ge=16)
+    max_prompt_tokens: int | None = Field(None, ge=16)  # longer first prompts lose the middle of the task text
+    tool_output_chars: int = Field(4000, ge=100)  # longer tool output loses its middle
+
+
 class AlgoConfig(Strict):
     # What the algorithm is: configs/algos/<name>.yaml sets these; `algo=<name>` loads one.
     name: Literal[ALGO_PRESETS] = "grpo"  # preset label; it fixes `advantage` (and the loss for gspo / cispo)
@@ -174,6 +184,7 @@ class RunConfig(Strict):
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

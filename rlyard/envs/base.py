@@ -66,6 +66,7 @@ class Family:
     make_env: Callable[[], Environment]
     verify: Verifier
     description: str = ""
+    multi_turn: bool = False  # True: episodes go through the agent loop (tools, several turns)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -91,3 +92,4 @@ def family_names() -> list[str]:
 def _load_builtin_families() -> None:
     import rlyard.envs.arith  # noqa: F401  (registers on import)
     import rlyard.envs.countdown  # noqa: F401
+    import rlyard.envs.files  # noqa: F401

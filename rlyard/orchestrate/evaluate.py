@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
 from rlyard.orchestrate.rollout import rollout
@@ -21,6 +22,7 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
 def evaluate(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], max_new_tokens: int, stop_token_ids: tuple[int, ...],
     batch_size: int = 64, samples: int = 0, k: int = 1, temperature: float = 1.0, seed: int = 0, progress=None,
+    limits: AgentLimits | None = None,
 ) -> dict[str, float]:
     """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`."""
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
@@ -28,13 +30,13 @@ def evaluate(
     per_task_hits: list[int] = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start : start + batch_size]
-        for traj in rollout(engine, tokenizer, family, chunk, 1, greedy):
+        for traj in rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits):
             correct += traj.reward >= 1.0
             infra += traj.infra_error
             lengths.append(traj.num_sampled_tokens)
         if samples:
             sampled = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, seed=seed + start)
-            trajs = rollout(engine, tokenizer, family, chunk, samples, sampled)
+            trajs = rollout(engine, tokenizer, family, chunk, samples, sampled, limits=limits)
             for t in range(len(chunk)):
                 per_task_hits.append(sum(tr.reward >= 1.0 for tr in trajs[t * samples : (t + 1) * samples]))
         if progress is not None:

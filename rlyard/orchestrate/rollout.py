@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import traceback
 
+from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
 from rlyard.types import SamplingParams, Task, Trajectory
@@ -19,14 +20,21 @@ def render_prompt(tokenizer, messages: list[dict]) -> list[int]:
 
 def rollout(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], n: int, params: SamplingParams, group_prefix: str = "",
-    truncated_reward: float | None = None,
+    truncated_reward: float | None = None, limits: AgentLimits | None = None,
 ) -> list[Trajectory]:
     """n samples of each task, scored; the n samples of a task share a `group_id`.
+
+    Multi-turn families (tools, several replies) go through the agent loop with `limits`.
 
     `truncated_reward`, when set, replaces the verdict of a reply cut off by max_new_tokens:
     an answer counts only if the model finished it, so a short training budget cannot hide
     trailing text that a longer evaluation budget would show.
     """
+    if family.multi_turn:
+        flat_tasks = [task for task in tasks for _ in range(n)]
+        group_ids = [f"{group_prefix}{t}:{task.id}" for t, task in enumerate(tasks) for _ in range(n)]
+        envs_flat = [family.make_env() for _ in flat_tasks]
+        return run_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
     envs = [[family.make_env() for _ in range(n)] for _ in tasks]
     prompts = []
     for task, task_envs in zip(tasks, envs):

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import statistics
 
+from rlyard.agent.loop import AgentLimits
 from rlyard.algos.filters import dynamic_sampling_keep
 from rlyard.config import RunConfig
 from rlyard.orchestrate.rollout import rollout
 from rlyard.orchestrate.setup import Components
 from rlyard.orchestrate.targets import training_rewards
 from rlyard.types import SamplingParams, Task, Trajectory
+
+
+def agent_limits(config: RunConfig) -> AgentLimits:
+    a = config.agent
+    return AgentLimits(a.max_turns, a.max_tokens_per_turn, a.max_total_tokens, a.max_prompt_tokens, a.tool_output_chars)
 
 
 def sampling_for_step(config: RunConfig, step: int, stop_ids: tuple[int, ...], round_: int = 0) -> SamplingParams:
@@ -41,7 +47,8 @@ def sample_batch(c: Components, config: RunConfig, step: int) -> tuple[list[Traj
         tasks = c.stream.next(want - len({t.group_id for t in kept}))
         prefix = f"{step}/" if rounds == 0 else f"{step}.{rounds}/"
         params = sampling_for_step(config, step, c.stop_token_ids, rounds)
-        batch = rollout(c.engine, c.tokenizer, c.family, tasks, config.rollout.n, params, prefix, config.rollout.truncated_reward)
+        batch = rollout(c.engine, c.tokenizer, c.family, tasks, config.rollout.n, params, prefix, config.rollout.truncated_reward,
+                        agent_limits(config))
         if algo.advantage == "remax":
             greedy |= greedy_rewards(c, config, tasks, prefix)
         rounds += 1
@@ -72,7 +79,7 @@ def greedy_rewards(c: Components, config: RunConfig, tasks: list[Task], prefix: 
     crashed counts 0."""
     r = config.rollout
     params = SamplingParams(temperature=0.0, max_new_tokens=r.max_new_tokens, stop_token_ids=c.stop_token_ids)
-    decoded = rollout(c.engine, c.tokenizer, c.family, tasks, 1, params, prefix, r.truncated_reward)
+    decoded = rollout(c.engine, c.tokenizer, c.family, tasks, 1, params, prefix, r.truncated_reward, agent_limits(config))
     return {t.group_id: 0.0 if t.infra_error else reward for t, reward in zip(decoded, training_rewards(config, decoded))}
 
 

@@ -16,7 +16,7 @@ from rlyard.config import RunConfig, dump_config
 from rlyard.observe import MetricsLogger, TrajectoryStore, plot_reward_curve, trajectory_row
 from rlyard.observe.store import write_atomic
 from rlyard.orchestrate.evaluate import evaluate
-from rlyard.orchestrate.sampling import sample_batch
+from rlyard.orchestrate.sampling import agent_limits, sample_batch
 from rlyard.orchestrate.setup import Components, build, push_weights
 from rlyard.orchestrate.targets import compute_advantages
 from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -49,7 +49,7 @@ def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:
 def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, label: str) -> float:
     started = time.perf_counter()
     result = evaluate(c.engine, c.tokenizer, c.family, c.eval_tasks, config.eval.max_new_tokens or config.rollout.max_new_tokens,
-                      c.stop_token_ids, config.eval.batch_size)
+                      c.stop_token_ids, config.eval.batch_size, limits=agent_limits(config))
     message = f"[rlyard] {label} held-out greedy accuracy: {result['accuracy']:.1%} on {len(c.eval_tasks)} tasks ({time.perf_counter() - started:.0f} s)"
     (logger.write if logger else print)(message)
     return result["accuracy"]

@@ -1,0 +1,71 @@
+"""A multi-turn episode: the task's file tree in a fresh sandboxed workspace, and tools on it.
+
+Tool calls use the Hermes <tool_call> format. A reply without a tool call ends the episode
+(reason "no_tool_call"); `submit` ends it with an answer; malformed calls are answered with a
+readable error and counted.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
+from rlyard.agent.tools import ToolBox
+from rlyard.envs.base import StepResult
+from rlyard.envs.files.verify import verify
+from rlyard.sandbox import Limits, Sandbox
+from rlyard.types import Message, Reward, Task
+
+TOOLS = ("bash", "grep", "read_file", "glob", "submit")
+LIMITS = Limits(wall_s=10, cpu_s=10, memory_bytes=512 << 20, output_bytes=64 << 10)
+
+
+class FilesEnv:
+    def __init__(self, isolation: str = "auto"):
+        self.isolation = isolation
+        self.workspace: Path | None = None
+        self.task: Task | None = None
+        self.toolbox: ToolBox | None = None
+        self.submitted: str | None = None
+        self.malformed = self.calls = 0
+
+    def reset(self, task: Task) -> list[Message]:
+        self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
+        self.workspace = Path(tempfile.mkdtemp(prefix="rlyard-files-"))
+        for relative, content in task.payload["files"].items():
+            path = self.workspace / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+        self.toolbox = ToolBox(Sandbox(self.workspace, LIMITS, self.isolation), TOOLS)
+        system = "You are an agent working in a folder of files.\n\n" + render_tool_specs(self.toolbox.specs(), "hermes")
+        return [{"role": "system", "content": system}, *task.prompt]
+
+    def step(self, reply: str) -> StepResult:
+        parsed = parse_tool_calls(reply, "hermes", self.toolbox.specs())
+        if not parsed.calls and not parsed.errors:
+            return StepResult(done=True, reason="no_tool_call")
+        self.malformed += len(parsed.errors)
+        outputs = [format_tool_error(parsed.errors)] if parsed.errors else []
+        for call in parsed.calls:
+            self.calls += 1
+            result = self.toolbox.call(call.name, call.arguments)
+            if result.submitted is not None:
+                self.submitted = result.submitted
+                return StepResult(done=True, reason="submitted")
+            outputs.append(f"[{call.name}]\n{result.content}")
+        return StepResult(messages=[{"role": "tool", "content": "\n\n".join(outputs)}], done=False)
+
+    def score(self) -> Reward:
+        base = verify(self.submitted or "", self.task)
+        return Reward(base.value, {**base.components, "submitted": float(self.submitted is not None),
+                                   "malformed_calls": float(self.malformed), "tool_calls": float(self.calls)}, base.info)
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
+
+
+def make_env() -> FilesEnv:
+    return FilesEnv()
