@@ -106,7 +106,7 @@ def test_python3_available_and_unprivileged(box):
 
 def test_timeout_reports_timed_out(box):
     r = box.run("sleep 30", timeout_s=0.5)
-    assert r.timed_out and r.killed_reason == "wall_time" and r.exit_code != 0 and r.duration_s < 3
+    assert r.timed_out and r.killed_reason == "wall_time" and r.exit_code == -9 and r.duration_s < 3
 
 
 def test_refuses_without_isolation_unless_explicitly_unsafe(ws):
@@ -296,11 +296,12 @@ def test_setuid_attempts_stay_unprivileged(box, ws):
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_background_processes_do_not_survive(ws, isolation):
     box = Sandbox(ws, LIMITS, isolation=isolation)
-    r = box.run("nohup sleep 1000.5 >/dev/null 2>&1 & setsid sleep 1000.25 >/dev/null 2>&1 &"
-                " (sleep 1000.75 &) ; echo started")
-    assert r.exit_code == 0 and r.stdout == b"started\n" and r.duration_s < 4
-    for marker in ("sleep 1000.5", "sleep 1000.25", "sleep 1000.75"):
-        assert host_processes(marker) == [], marker
+    for _ in range(5):  # repeated: the namespace's teardown must be finished when run() returns
+        r = box.run("nohup sleep 1000.5 >/dev/null 2>&1 & setsid sleep 1000.25 >/dev/null 2>&1 &"
+                    " (sleep 1000.75 &) ; echo started")
+        assert r.exit_code == 0 and r.stdout == b"started\n" and r.duration_s < 4
+        for marker in ("sleep 1000.5", "sleep 1000.25", "sleep 1000.75"):
+            assert host_processes(marker) == [], marker
     # and when the run ends by timeout rather than exit
     r = box.run("sleep 1000.125 & while :; do :; done", timeout_s=1)
     assert r.timed_out and host_processes("sleep 1000.125") == []

@@ -14,6 +14,8 @@ keeps the caller's own uid, which the kernel does limit.
 """
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import selectors
 import shutil
@@ -163,9 +165,9 @@ class Sandbox:
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         return drop + rlimits + argv
 
-    def _bwrap_argv(self, argv: list[str], started_fd: int) -> list[str]:
+    def _bwrap_argv(self, argv: list[str], started_fd: int, info_fd: int) -> list[str]:
         out = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+               "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
         if self.as_root:  # only to let setpriv switch uid; setpriv then drops every capability
             out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
@@ -223,9 +225,10 @@ class Sandbox:
         wall = self.limits.wall_s if timeout_s is None else min(timeout_s, self.limits.wall_s)
         self._chown_workspace()
         started_r, started_w = os.pipe()
+        info_r, info_w = os.pipe()
         try:
             if self.isolation == "bwrap":
-                full, env, cwd = self._bwrap_argv(argv, started_w), self._env(), "/"
+                full, env, cwd = self._bwrap_argv(argv, started_w, info_w), self._env(), "/"
             elif self.isolation == "unshare":
                 full, env, cwd = self._unshare_argv(argv, started_w), self._env(), str(self.workspace)
             else:
@@ -235,20 +238,24 @@ class Sandbox:
                 proc = subprocess.Popen(
                     full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
-                    start_new_session=True, pass_fds=(started_w,))
+                    start_new_session=True, pass_fds=(started_w, info_w),
+                    preexec_fn=_die_with_parent if self.isolation == "unshare" else None)
             except OSError as e:
                 raise SandboxError(f"cannot start {full[0]}: {e}") from e
             os.close(started_w)
-            started_w = -1
-            out = _Capture(proc, stdin, self.limits)
+            os.close(info_w)
+            started_w = info_w = -1
+            out = _Capture(proc, stdin, self.limits, self.isolation != "none")
             reason = out.pump(started + wall)
             duration = time.monotonic() - started
             started = _read_all(started_r)
+            if self.isolation == "bwrap":
+                _wait_namespace_gone(_read_all(info_r))
         finally:
-            os.close(started_r)
-            if started_w >= 0:
-                os.close(started_w)
-        code = proc.returncode
+            for fd in (started_r, started_w, info_r, info_w):
+                if fd >= 0:
+                    os.close(fd)
+        code = proc.returncode if reason is None else -signal.SIGKILL  # we killed it: say so uniformly
         if reason is None:
             self._check_started(code, started, out.err)
         if reason is None and code > 128:
@@ -270,6 +277,45 @@ class Sandbox:
                                f"{bytes(stderr[-2000:]).decode(errors='replace').strip()}")
 
 
+def _wait_namespace_gone(info: bytes, timeout_s: float = 5.0) -> None:
+    """Wait until bwrap's pid-namespace init (host pid from --info-fd) has exited.
+
+    bwrap's monitor exits as soon as init reports the command's exit status, while the kernel
+    may still be killing the namespace's other processes; they are all reaped before init
+    turns into a zombie, so "init gone or zombie" means nothing of the sandbox is left.
+    """
+    try:
+        pid = int(json.loads(info)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+        if comm != "bwrap" or state in "ZX":
+            return
+        time.sleep(0.005)
+    raise SandboxError(f"sandbox namespace (init pid {pid}) still alive {timeout_s}s after the run")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            kids += [int(k) for k in task.read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def _die_with_parent() -> None:
+    # unshare has no --die-with-parent: SIGKILL it if rlyard dies; --kill-child does the rest.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
 def _started_script(fd: int) -> str:
     # Through /proc because dash cannot redirect to a two-digit fd; runs before the uid drop.
     return f'printf . > /proc/self/fd/{fd} || exit 125; exec "$@"'
@@ -286,15 +332,30 @@ def _read_all(fd: int) -> bytes:
 class _Capture:
     """Feeds stdin and reads stdout/stderr incrementally, keeping at most `output_bytes` each."""
 
-    def __init__(self, proc: subprocess.Popen, stdin: bytes | None, limits: Limits):
-        self.proc, self.limits = proc, limits
+    def __init__(self, proc: subprocess.Popen, stdin: bytes | None, limits: Limits, namespaced: bool):
+        self.proc, self.limits, self.namespaced = proc, limits, namespaced
         self.out, self.err = bytearray(), bytearray()
         self.seen = {"out": 0, "err": 0}
         self.truncated = False
         self.stdin = memoryview(stdin) if stdin is not None else None
 
     def kill(self) -> None:
-        # The sandbox's process group: bwrap's (or unshare's) own; the pid namespace dies with it.
+        """Kill the pid namespace's init (the monitor's child), then let the monitor finish.
+
+        The kernel kills and reaps every process of a pid namespace before its init is gone,
+        and bwrap/unshare exit only after that, so waiting for the monitor means nothing is
+        left. Killing the monitor first would return while the namespace is still dying.
+        """
+        if not self.namespaced:
+            return self.sweep()
+        for pid in _children(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def sweep(self) -> None:
+        # Last resort and the whole story for isolation="none": the monitor's process group.
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -336,12 +397,16 @@ class _Capture:
                     pipe.close()
                 except OSError:
                     pass
-        self.kill()  # normal exit too: nothing of the sandbox may outlive the run
-        try:
-            self.proc.wait(timeout=5)
+        try:  # normal exit: the namespace is already gone once the monitor exits
+            self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             self.kill()
-            self.proc.wait()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                pass
+        self.sweep()  # nothing of the sandbox may outlive the run
+        self.proc.wait()
         return reason
 
     def _feed(self, sel: selectors.BaseSelector, pipe) -> None:
