@@ -11,6 +11,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -305,3 +306,20 @@ def test_background_processes_do_not_survive(ws, isolation):
     # and when the run ends by timeout rather than exit
     r = box.run("sleep 1000.125 & while :; do :; done", timeout_s=1)
     assert r.timed_out and host_processes("sleep 1000.125") == []
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_sandbox_dies_with_a_killed_caller(ws, isolation):
+    caller = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from rlyard.sandbox import Sandbox, Limits\n"
+        f"Sandbox(Path({str(ws)!r}), Limits(wall_s=60), isolation={isolation!r}).run('sleep 1000.0625')")])
+    deadline = time.monotonic() + 10
+    while not host_processes("sleep 1000.0625") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_processes("sleep 1000.0625"), "the sandbox never started"
+    caller.kill()  # rlyard itself dies mid-run (SIGKILL: no cleanup code runs)
+    caller.wait()
+    deadline = time.monotonic() + 5
+    while host_processes("sleep 1000.0625") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_processes("sleep 1000.0625") == []

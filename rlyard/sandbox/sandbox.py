@@ -20,6 +20,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -209,7 +210,7 @@ class Sandbox:
             for name in [*dirs, *files, None]:
                 path = root if name is None else os.path.join(root, name)
                 st = os.lstat(path)
-                if st.st_uid != self.uid and (st.st_nlink == 1 or os.path.isdir(path) or name is None):
+                if st.st_uid != self.uid and (st.st_nlink == 1 or stat.S_ISDIR(st.st_mode)):
                     os.chown(path, self.uid, self.gid, follow_symlinks=False)
 
     # ----- running -----
@@ -233,7 +234,7 @@ class Sandbox:
                 full, env, cwd = self._unshare_argv(argv, started_w), self._env(), str(self.workspace)
             else:
                 full, env, cwd = self._unsafe_argv(argv), self._env(), str(self.workspace)
-            started = time.monotonic()
+            t0 = time.monotonic()
             try:
                 proc = subprocess.Popen(
                     full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -246,8 +247,8 @@ class Sandbox:
             os.close(info_w)
             started_w = info_w = -1
             out = _Capture(proc, stdin, self.limits, self.isolation != "none")
-            reason = out.pump(started + wall)
-            duration = time.monotonic() - started
+            reason = out.pump(t0 + wall)
+            duration = time.monotonic() - t0
             started = _read_all(started_r)
             if self.isolation == "bwrap":
                 _wait_namespace_gone(_read_all(info_r))
@@ -291,10 +292,10 @@ def _wait_namespace_gone(info: bytes, timeout_s: float = 5.0) -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            line = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             return
-        comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+        comm, state = line[line.index("(") + 1:line.rindex(")")], line[line.rindex(")") + 2]
         if comm != "bwrap" or state in "ZX":
             return
         time.sleep(0.005)
