@@ -1,4 +1,4 @@
-"""`rlyard train | eval | serve | envs`: the command line."""
+"""`rlyard train | eval | serve | agent | envs`: the command line."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,7 @@ EPILOG = """examples:
   rlyard train --resume runs/quickstart-20261130-101500
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
   rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
+  rlyard agent --workspace ./repo --base-url http://127.0.0.1:8000/v1 "Fix the failing test"
   rlyard envs list
 """
 
@@ -118,6 +119,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    from rlyard.agent.minimal import run_agent
+
+    workspace = Path(args.workspace)
+    if not workspace.is_dir():
+        raise ConfigError(f"--workspace {workspace} is not a folder")
+    task = Path(args.task[1:]).read_text() if args.task.startswith("@") else args.task
+    result = run_agent(task, workspace, args.base_url, args.model, args.api_key, args.max_turns, args.max_tokens, args.temperature)
+    print(f"[agent] finished: {result.finish_reason} after {result.turns} turn(s)")
+    return 0 if result.finish_reason == "submitted" else 1
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     from rlyard.envs import family_names, get_family
 
@@ -154,6 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--model-name", help="the model id reported by /v1/models (default: model.name)")
+    ag = sub.add_parser("agent", help="a minimal tool-using agent against any OpenAI-compatible endpoint")
+    ag.add_argument("task", help="the task text, or @FILE to read it from a file")
+    ag.add_argument("--workspace", required=True, help="the folder the agent works in (the only writable path in its sandbox)")
+    ag.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="OpenAI-compatible base URL (rlyard serve: .../v1 or .../sessions/<id>/v1)")
+    ag.add_argument("--model", default="default")
+    ag.add_argument("--api-key", default="none")
+    ag.add_argument("--max-turns", type=int, default=10)
+    ag.add_argument("--max-tokens", type=int, default=512)
+    ag.add_argument("--temperature", type=float, default=0.0)
     envs = sub.add_parser("envs", help="list environment families or print tasks")
     envs.add_argument("action", choices=["list", "show"])
     envs.add_argument("name", nargs="?", default="arith")
@@ -165,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "serve": cmd_serve, "envs": cmd_envs}[args.command](args)
+        return {"train": cmd_train, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs}[args.command](args)
     except ConfigError as exc:
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
