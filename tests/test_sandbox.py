@@ -171,7 +171,7 @@ def test_endless_loop_wall_time(box):
 def test_endless_loop_cpu_time(box):
     r = box.run(["python3", "-c", "while True: pass"])
     assert r.killed_reason == "cpu_time" and not r.timed_out and r.exit_code == 128 + 24
-    assert r.duration_s < 6  # cpu_s=2, well before the 10 s wall limit
+    assert r.duration_s < 9  # cpu_s=2, before the 10 s wall limit even on a busy machine
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
@@ -203,11 +203,13 @@ def _accept(server, accepted):
         pass
 
 
-def test_cannot_write_outside_the_workspace(box, tmp_path):
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_cannot_write_outside_the_workspace(ws, tmp_path, isolation):
+    box = Sandbox(ws, LIMITS, isolation=isolation)
     marker = "rlyard_sbx_" + secrets.token_hex(6)
     project = Path(__file__).resolve().parent.parent
-    targets = [f"/tmp/{marker}", f"{project}/{marker}", f"{tmp_path}/{marker}", f"/{marker}",
-               f"/usr/{marker}", f"/etc/{marker}", f"{Path.home()}/{marker}"]
+    targets = [f"/tmp/{marker}", f"/var/tmp/{marker}", f"/dev/shm/{marker}", f"{project}/{marker}",
+               f"{tmp_path}/{marker}", f"/{marker}", f"/usr/{marker}", f"/etc/{marker}", f"{Path.home()}/{marker}"]
     r = box.run("; ".join(f"echo pwned > {t}" for t in targets) + "; ls /tmp")
     for t in targets:
         assert not os.path.exists(t), t
