@@ -88,7 +88,7 @@ def _probe(argv: list[str]) -> bool:
     key = " ".join(argv)
     if key not in _probe_cache:
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=10)
+            done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
             _probe_cache[key] = done.returncode == 0 and done.stdout.strip() == b"ok"
         except (OSError, subprocess.TimeoutExpired):
             _probe_cache[key] = False
@@ -138,9 +138,11 @@ class Sandbox:
         self.isolation = self._choose(isolation, allow_unsafe)
 
     def _choose(self, isolation: Isolation, allow_unsafe: bool) -> str:
-        if isolation in ("auto", "bwrap") and bwrap_available():
+        helpers = ["prlimit"] + (["setpriv"] if self.as_root else [])  # util-linux, used inside
+        have = all(shutil.which(h) for h in helpers)
+        if isolation in ("auto", "bwrap") and have and bwrap_available():
             return "bwrap"
-        if isolation in ("auto", "unshare") and unshare_available():
+        if isolation in ("auto", "unshare") and have and unshare_available():
             return "unshare"
         if isolation == "none" and allow_unsafe:
             return "none"
@@ -149,7 +151,8 @@ class Sandbox:
         if isolation == "none":
             raise SandboxUnavailable("isolation='none' runs model output unisolated; pass allow_unsafe=True to mean it")
         raise SandboxUnavailable(
-            f"no working isolation for isolation={isolation!r} (bwrap or unshare); install bubblewrap, "
+            f"no working isolation for isolation={isolation!r} (bwrap or unshare, plus {' and '.join(helpers)} "
+            "from util-linux); install bubblewrap, "
             "or pass allow_unsafe=True to run without isolation")
 
     # ----- command line -----
@@ -240,7 +243,8 @@ class Sandbox:
                     full, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
                     start_new_session=True, pass_fds=(started_w, info_w),
-                    preexec_fn=_die_with_parent if self.isolation == "unshare" else None)
+                    # a single prctl call, resolved before the fork: safe with threads
+                    preexec_fn=_die_with_parent if self.isolation == "unshare" else None)  # noqa: PLW1509
             except OSError as e:
                 raise SandboxError(f"cannot start {full[0]}: {e}") from e
             os.close(started_w)
@@ -312,9 +316,12 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: no dlopen in the forked child
+
+
 def _die_with_parent() -> None:
     # unshare has no --die-with-parent: SIGKILL it if rlyard dies; --kill-child does the rest.
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def _started_script(fd: int) -> str:
