@@ -43,7 +43,15 @@ def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:
         "rollout/response_tokens": statistics.fmean(lengths),
         "rollout/truncated_fraction": sum(t.finish_reason == "length" for t in batch) / len(batch),
         "rollout/infra_errors": float(sum(t.infra_error for t in batch)),
-    }
+        "rollout/turns": statistics.fmean(t.turns for t in batch),
+    } | component_means(batch)
+
+
+def component_means(batch: list[Trajectory]) -> dict[str, float]:
+    """Each reward component's batch mean (e.g. malformed tool calls per episode), as reward/<name>."""
+    names = sorted({name for t in batch if not t.infra_error for name in t.components})
+    valid = [t for t in batch if not t.infra_error]
+    return {f"reward/{name}": statistics.fmean(t.components.get(name, 0.0) for t in valid) for name in names} if valid else {}
 
 
 def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, label: str) -> float:

@@ -82,3 +82,7 @@ def test_a_short_training_run_on_the_multi_turn_family(tiny_model_dir, tmp_path)
     assert all(r["finish_reason"] in ("no_tool_call", "turn_token_limit", "turn_limit", "token_budget", "submitted") for r in rows)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "reward/mean" in m] == [1, 2]
+    step_rows = [m for m in metrics if "reward/mean" in m]
+    for row in step_rows:  # tool-use counters reach the metrics as batch means of the reward components
+        assert {"reward/malformed_calls", "reward/tool_calls", "reward/submitted", "rollout/turns"} <= set(row)
+        assert row["rollout/turns"] >= 1
