@@ -50,15 +50,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from rlyard.orchestrate.evaluate import evaluate
-    from rlyard.orchestrate.sampling import agent_limits
-    from rlyard.orchestrate.setup import build
+def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
+    """Config + built components for `eval` / `serve`: a checkpoint's run (its saved config and
+    weights) when --checkpoint is given, else a config file. Returns (config, components, checkpoint)."""
+    from rlyard.orchestrate.setup import build, push_weights
 
     path, overrides = split_config_args(args.config, args.overrides)
+    overrides = [*overrides, *extra_overrides]
     checkpoint = None
     if args.checkpoint:
-        from rlyard.train import latest_checkpoint, load_checkpoint
+        from rlyard.train import latest_checkpoint
 
         given = Path(args.checkpoint)
         checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
@@ -67,13 +68,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config = load_run_config(checkpoint.parent.parent, overrides)
     else:
         config = load_config(path or default_config_path(), overrides)
-    config.eval.size = args.size if args.size is not None else config.eval.size
     components = build(config, train=checkpoint is not None)
     if checkpoint is not None:
-        from rlyard.orchestrate.setup import push_weights
+        from rlyard.train import load_checkpoint
 
-        state = load_checkpoint(checkpoint, components.model)
-        push_weights(components, state["policy_version"])
+        push_weights(components, load_checkpoint(checkpoint, components.model)["policy_version"])
+    return config, components, checkpoint
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rlyard.orchestrate.evaluate import evaluate
+    from rlyard.orchestrate.sampling import agent_limits
+
+    config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [])
     result = evaluate(components.engine, components.tokenizer, components.family, components.eval_tasks,
                       config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
                       config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature,
@@ -89,24 +96,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from rlyard.orchestrate.setup import build, push_weights
     from rlyard.serve import RlyardServer, serve
 
-    path, overrides = split_config_args(args.config, args.overrides)
-    checkpoint = None
-    if args.checkpoint:
-        from rlyard.train import latest_checkpoint, load_checkpoint
-
-        given = Path(args.checkpoint)
-        checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
-        if checkpoint is None:
-            raise ConfigError(f"no checkpoint found in {given}")
-        config = load_run_config(checkpoint.parent.parent, [*overrides, "eval.size=0"])
-    else:
-        config = load_config(path or default_config_path(), [*overrides, "eval.size=0"])
-    components = build(config, train=checkpoint is not None)
-    if checkpoint is not None:
-        push_weights(components, load_checkpoint(checkpoint, components.model)["policy_version"])
+    config, components, _ = load_policy(args, ["eval.size=0"])
     app = RlyardServer(components.engine, components.tokenizer, args.model_name or config.model.name,
                        components.stop_token_ids, max_tokens_default=config.rollout.max_new_tokens)
     httpd = serve(app, args.host, args.port)
