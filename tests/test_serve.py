@@ -95,3 +95,31 @@ def test_a_session_records_tokens_and_its_trajectory_trains_one_step(running, to
     metrics = learner.train_step([traj], [1.0])
     assert metrics["loss/grad_norm"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
+
+
+def test_the_serve_command_starts_and_answers(tiny_model_dir):
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "rlyard.cli", "serve", f"model.name={tiny_model_dir}", "--port", str(port), "--model-name", "tiny"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).read()
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                assert time.time() < deadline, "rlyard serve did not answer within 90 s"
+                time.sleep(0.5)
+        assert b'"tiny"' in body
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
