@@ -86,3 +86,17 @@ def test_a_short_training_run_on_the_multi_turn_family(tiny_model_dir, tmp_path)
     for row in step_rows:  # tool-use counters reach the metrics as batch means of the reward components
         assert {"reward/malformed_calls", "reward/tool_calls", "reward/submitted", "rollout/turns"} <= set(row)
         assert row["rollout/turns"] >= 1
+
+
+def test_the_bash_block_format_runs_commands_and_submits():
+    task = get_family("files").make_tasks("train", 1, seed=7, tool_format="bash_block")[0]
+    env = get_family("files").make_env()
+    messages = env.reset(task)
+    assert "```bash" in messages[0]["content"] and "submit <answer>" in messages[0]["content"]
+    found = env.step(f"Let me search.\n```bash\ngrep -r -A1 'name: {task.metadata['device']}' inventory\n```")
+    serial = next(part for part in found.messages[0]["content"].split() if part.startswith("SN-"))
+    two = env.step("```bash\nls\n```\n```bash\npwd\n```")
+    assert not two.done and "one command" in two.messages[0]["content"]
+    assert env.step(f"```bash\nsubmit {serial}\n```").reason == "submitted"
+    assert env.score().value == 1.0 and env.score().components["malformed_calls"] == 1
+    env.close()

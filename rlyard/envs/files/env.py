@@ -1,7 +1,9 @@
 """A multi-turn episode: the task's file tree in a fresh sandboxed workspace, and tools on it.
 
-Tool calls use the Hermes <tool_call> format. A reply without a tool call ends the episode
-(reason "no_tool_call"); `submit` ends it with an answer; malformed calls are answered with a
+Tool calls use the Hermes <tool_call> format (all tools), or with the task option
+`tool_format: bash_block` one fenced bash block per reply (the minimal-agent convention; the
+command `submit <answer>` submits). A reply without a tool call ends the episode (reason
+"no_tool_call"); submitting ends it with an answer; malformed calls are answered with a
 readable error and counted.
 """
 from __future__ import annotations
@@ -37,18 +39,26 @@ class FilesEnv:
             path = self.workspace / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
-        self.toolbox = ToolBox(Sandbox(self.workspace, LIMITS, self.isolation), TOOLS)
-        system = "You are an agent working in a folder of files.\n\n" + render_tool_specs(self.toolbox.specs(), "hermes")
+        self.format = task.payload.get("tool_format", "hermes")
+        tools = TOOLS if self.format == "hermes" else ("bash",)
+        self.toolbox = ToolBox(Sandbox(self.workspace, LIMITS, self.isolation), tools)
+        system = "You are an agent working in a folder of files.\n\n" + render_tool_specs(self.toolbox.specs(), self.format)
+        if self.format == "bash_block":
+            system += "\n\nWhen you know the answer, send the command: submit <answer>"
         return [{"role": "system", "content": system}, *task.prompt]
 
     def step(self, reply: str) -> StepResult:
-        parsed = parse_tool_calls(reply, "hermes", self.toolbox.specs())
+        parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
         if not parsed.calls and not parsed.errors:
             return StepResult(done=True, reason="no_tool_call")
         self.malformed += len(parsed.errors)
         outputs = [format_tool_error(parsed.errors)] if parsed.errors else []
         for call in parsed.calls:
             self.calls += 1
+            command = str(call.arguments.get("command", "")).strip() if call.name == "bash" else ""
+            if command.startswith("submit "):  # bash_block's way to submit
+                self.submitted = command.removeprefix("submit ").strip()
+                return StepResult(done=True, reason="submitted")
             result = self.toolbox.call(call.name, call.arguments)
             if result.submitted is not None:
                 self.submitted = result.submitted

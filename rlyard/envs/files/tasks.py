@@ -13,7 +13,7 @@ from rlyard.envs.splits import merge_options
 from rlyard.envs.splits import split_of as shared_split_of
 from rlyard.types import Task
 
-DEFAULTS: dict[str, Any] = {"sites": 3, "devices_per_site": 4}
+DEFAULTS: dict[str, Any] = {"sites": 3, "devices_per_site": 4, "tool_format": "hermes"}
 KINDS = ["pump", "valve", "sensor", "motor", "fan", "relay", "switch", "meter", "heater", "drive"]
 COLOURS = ["red", "blue", "green", "amber", "grey", "white", "black", "teal", "olive", "coral"]
 SITES = ["north", "south", "east", "west", "harbour", "airport", "depot", "tower"]
@@ -26,6 +26,8 @@ def split_of(canonical: str) -> str:
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     opts = merge_options("files", split, n, options, DEFAULTS)
     sites, per_site = int(opts["sites"]), int(opts["devices_per_site"])
+    if opts["tool_format"] not in ("hermes", "bash_block"):
+        raise ValueError(f"files option tool_format must be 'hermes' or 'bash_block', got {opts['tool_format']!r}")
     if not 1 <= sites <= len(SITES) or not 1 <= per_site <= 20:
         raise ValueError(f"files options: sites must be 1..{len(SITES)} and devices_per_site 1..20, got {sites}, {per_site}")
     rng, tasks = random.Random(f"files|{split}|{seed}"), []
@@ -44,7 +46,7 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
         if split_of(canonical) != split:
             continue
         question = (f"The folder inventory/ lists devices, one file each. What is the serial number of the device named "
-                    f"{name}? Search the files with the tools, then call submit with the serial number (like SN-123456).")
+                    f"{name}? Search the files with the tools, then submit the serial number (like SN-123456).")
         tasks.append(Task(id=f"files-{split}-{canonical}", prompt=[{"role": "user", "content": question}], env="files",
-                          payload={"files": files, "answer": serial}, metadata={"split": split, "device": name}))
+                          payload={"files": files, "answer": serial, "tool_format": opts["tool_format"]}, metadata={"split": split, "device": name}))
     return tasks
