@@ -25,26 +25,32 @@ class AgentLimits:
     tool_output_chars: int = 8000  # longer tool messages lose their middle
 
 
-@dataclass
-class Episode:
-    task: Task
-    env: Environment
-    group_id: str
+@dataclass(kw_only=True)
+class TokenRecord:
+    """One growing token list with what the learner needs per token (the shape of a Trajectory)."""
+
     token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    replies: list[str] = field(default_factory=list)
-    turns: int = 0
-    finish_reason: str = ""
-    infra_error: bool = False
-    error: str = ""
+    loss_mask: list[int] = field(default_factory=list)  # 1 = sampled by the policy
+    logprobs: list[float] = field(default_factory=list)  # behaviour logprobs; 0.0 where not sampled
+    versions: list[int] = field(default_factory=list)  # policy version; -1 where not sampled
 
     def extend(self, tokens: list[int], sampled: bool, logprobs: list[float] | None = None, version: int = -1) -> None:
         self.token_ids += tokens
         self.loss_mask += [int(sampled)] * len(tokens)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(tokens)
         self.versions += [version if sampled else -1] * len(tokens)
+
+
+@dataclass
+class Episode(TokenRecord):
+    task: Task
+    env: Environment
+    group_id: str
+    replies: list[str] = field(default_factory=list)
+    turns: int = 0
+    finish_reason: str = ""
+    infra_error: bool = False
+    error: str = ""
 
 
 def cut_middle(text: str, limit: int, marker: str = "\n[... {n} characters cut ...]\n") -> str:

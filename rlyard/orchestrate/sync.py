@@ -49,8 +49,8 @@ def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:
 
 def component_means(batch: list[Trajectory]) -> dict[str, float]:
     """Each reward component's batch mean (e.g. malformed tool calls per episode), as reward/<name>."""
-    names = sorted({name for t in batch if not t.infra_error for name in t.components})
     valid = [t for t in batch if not t.infra_error]
+    names = sorted({name for t in valid for name in t.components})
     return {f"reward/{name}": statistics.fmean(t.components.get(name, 0.0) for t in valid) for name in names} if valid else {}
 
 

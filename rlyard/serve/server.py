@@ -8,6 +8,7 @@ Standard library only (ThreadingHTTPServer); one engine call at a time.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -77,9 +78,9 @@ class RlyardServer:
             raise ApiError(400, "session mode records one conversation: 'n' must be 1", "n")
         extra = render_tool_specs(tools, "hermes") if tools else ""
         params = self.sampling(body)
-        with (session.lock if session else threading.Lock()):
+        with session.lock if session else contextlib.nullcontext():
             if session is not None:
-                prompt = session.prompt_tokens(self.renderer, messages, tools, extra)
+                prompt = session.prompt_tokens(self.renderer, messages, extra)
             else:
                 prompt = self.renderer.prompt(with_system(messages, extra))
             completions = self.generate(prompt, params, n)

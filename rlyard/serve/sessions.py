@@ -10,19 +10,15 @@ segment; each segment becomes one Trajectory.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from rlyard.agent.loop import TemplateRenderer
+from rlyard.agent.loop import TemplateRenderer, TokenRecord
 from rlyard.types import Completion, Message, Trajectory
 
 
 @dataclass
-class Segment:
+class Segment(TokenRecord):
     messages: list[Message]  # the conversation so far, including the last assistant reply
-    token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
     turns: int = 0
     finish_reason: str = ""
 
@@ -33,29 +29,23 @@ class Session:
         self.segments: list[Segment] = []
         self.lock = threading.Lock()
 
-    def prompt_tokens(self, renderer: TemplateRenderer, messages: list[Message], tools: list[dict] | None, system_extra: str) -> list[int]:
+    def prompt_tokens(self, renderer: TemplateRenderer, messages: list[Message], system_extra: str) -> list[int]:
         """The prompt for `messages`, continuing the current segment's tokens when it can."""
         current = self.segments[-1] if self.segments else None
         if current is not None and len(messages) > len(current.messages) and _same(messages[: len(current.messages)], current.messages):
             new = messages[len(current.messages):]
             if new and all(m["role"] != "assistant" for m in new):
-                tokens = renderer.after_reply(new)
-                current.token_ids += tokens
-                current.loss_mask += [0] * len(tokens)
-                current.logprobs += [0.0] * len(tokens)
-                current.versions += [-1] * len(tokens)
+                current.extend(renderer.after_reply(new), sampled=False)
                 current.messages = list(messages)
                 return list(current.token_ids)
-        tokens = renderer.prompt(with_system(messages, system_extra), tools=None)
-        self.segments.append(Segment(list(messages), tokens, [0] * len(tokens), [0.0] * len(tokens), [-1] * len(tokens)))
-        return list(tokens)
+        segment = Segment(messages=list(messages))
+        segment.extend(renderer.prompt(with_system(messages, system_extra)), sampled=False)
+        self.segments.append(segment)
+        return list(segment.token_ids)
 
     def record_reply(self, completion: Completion, reply_message: Message) -> None:
         segment = self.segments[-1]
-        segment.token_ids += completion.token_ids
-        segment.loss_mask += [1] * len(completion.token_ids)
-        segment.logprobs += completion.logprobs
-        segment.versions += [completion.policy_version] * len(completion.token_ids)
+        segment.extend(completion.token_ids, sampled=True, logprobs=list(completion.logprobs), version=completion.policy_version)
         segment.messages.append(reply_message)
         segment.turns += 1
         segment.finish_reason = completion.finish_reason
