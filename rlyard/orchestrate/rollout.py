@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import replace
 
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.engines.base import Engine
@@ -31,6 +32,8 @@ def rollout(
     trailing text that a longer evaluation budget would show.
     """
     if family.multi_turn:
+        # the round (step, refill) lets an environment pick one harness arm for a whole group
+        tasks = [replace(task, metadata={**task.metadata, "round": group_prefix}) for task in tasks]
         flat_tasks = [task for task in tasks for _ in range(n)]
         group_ids = [f"{group_prefix}{t}:{task.id}" for t, task in enumerate(tasks) for _ in range(n)]
         envs_flat = [family.make_env() for _ in flat_tasks]
