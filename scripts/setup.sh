@@ -10,6 +10,9 @@ if [ "${RLYARD_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null; then
   command -v bwrap >/dev/null || need+=(bubblewrap)
   command -v chromium >/dev/null || need+=(chromium)
   command -v abc2midi >/dev/null || need+=(abcmidi)
+  command -v git >/dev/null || need+=(git)
+  # the code family's graders run pytest with the sandbox's (system) python
+  /usr/bin/python3 -c "import pytest" 2>/dev/null || need+=(python3-pytest)
   if [ ${#need[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     echo "[setup] apt-get install ${need[*]}"
