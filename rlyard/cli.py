@@ -18,6 +18,7 @@ EPILOG = """examples:
   rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
   rlyard agent --workspace ./repo --base-url http://127.0.0.1:8000/v1 "Fix the failing test"
   rlyard envs list
+  rlyard envs validate code                       # every built-in code task: fails at base, passes when fixed
 """
 
 
@@ -131,9 +132,44 @@ def cmd_envs(args: argparse.Namespace) -> int:
             print(f"{name:<12} {get_family(name).description}")
         return 0
     family = get_family(args.name)
-    for task in family.make_tasks(args.split, args.n, 0):
+    options = parse_options(args.option)
+    if args.action == "validate":
+        return validate_family(family, options, args.task, args.jobs)
+    for task in family.make_tasks(args.split, args.n, 0, **options):
         print(json.dumps({"id": task.id, "prompt": task.prompt, "payload": task.payload}))
     return 0
+
+
+def parse_options(pairs: list[str]) -> dict:
+    import yaml
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option takes KEY=VALUE, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def validate_family(family, options: dict, task_ids: list[str], jobs: int) -> int:
+    """Every task of the family checked (tests fail at base, pass with the reference fix)."""
+    from tqdm import tqdm
+
+    if family.validate is None:
+        print(f"rlyard: {family.name} has nothing to validate (its tasks are generated with their answers)", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    with tqdm(desc=f"validate {family.name}", unit="task", leave=False) as bar:
+        checks = family.validate(options, task_ids or None, jobs, lambda check: bar.update(1))
+    for check in sorted(checks, key=lambda c: c.task_id):
+        status = "ok  " if check.ok else "FAIL"
+        print(f"{status} {check.task_id:<24} base {check.base_reward} -> fixed {check.fixed_reward}  ({check.seconds:.1f} s)")
+        if check.error:
+            print("     " + check.error.replace("\n", "\n     "))
+    failed = sum(not c.ok for c in checks)
+    print(f"{len(checks) - failed}/{len(checks)} tasks sound ({time.perf_counter() - started:.0f} s)")
+    return 1 if failed or not checks else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,9 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--max-turns", type=int, default=10)
     ag.add_argument("--max-tokens", type=int, default=512)
     ag.add_argument("--temperature", type=float, default=0.0)
-    envs = sub.add_parser("envs", help="list environment families or print tasks")
-    envs.add_argument("action", choices=["list", "show"])
+    envs = sub.add_parser("envs", help="list environment families, print tasks, or validate a task set",
+                          epilog="examples:\n  rlyard envs list\n  rlyard envs show code -n 2\n  rlyard envs validate code\n"
+                                 "  rlyard envs validate code -o source=swe.jsonl -o mirrors=./mirrors --jobs 4",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    envs.add_argument("action", choices=["list", "show", "validate"],
+                      help="validate: every task's tests fail at its base and pass with its reference fix (code)")
     envs.add_argument("name", nargs="?", default="arith")
+    envs.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="a family option (env.options)")
+    envs.add_argument("--task", action="append", default=[], metavar="ID", help="validate only this task (repeatable)")
+    envs.add_argument("--jobs", type=int, default=2, help="tasks validated at once")
     envs.add_argument("--split", default="eval")
     envs.add_argument("-n", type=int, default=5)
     return parser

@@ -64,9 +64,10 @@ class Family:
     name: str
     make_tasks: Callable[..., list[Task]]  # (split: "train" | "eval", n: int, seed: int, **options)
     make_env: Callable[[], Environment]
-    verify: Verifier
+    verify: Verifier | None  # a reply-only check; None where the grade needs the episode's state (code)
     description: str = ""
     multi_turn: bool = False  # True: episodes go through the agent loop (tools, several turns)
+    validate: Callable[..., list] | None = None  # (options, task_ids, jobs, progress) -> checks with .ok (`rlyard envs validate`)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -91,5 +92,6 @@ def family_names() -> list[str]:
 
 def _load_builtin_families() -> None:
     import rlyard.envs.arith  # noqa: F401  (registers on import)
+    import rlyard.envs.code  # noqa: F401
     import rlyard.envs.countdown  # noqa: F401
     import rlyard.envs.files  # noqa: F401

@@ -108,7 +108,9 @@ def unshare_available() -> bool:
 
 
 def _root_fs_args() -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
+    # /etc is made first, world-readable: bwrap would create it 0700 for root, which the
+    # sandbox uid could not enter (git then fails on /etc/gitconfig, libc on ld.so.cache).
+    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
     for path in ROOT_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]

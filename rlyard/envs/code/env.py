@@ -1,0 +1,120 @@
+"""A `code` episode: a repository at its base commit, an issue, tools in the sandbox, hidden tests.
+
+The workspace is a git repository whose whole history is the base commit; the hidden tests are
+not in it. A group's harness arm (its tool set) is drawn from a hash of (seed, round, task), so
+every sample of a group uses the same tools and a resumed run draws the same arms.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from rlyard.agent.guard import Guard
+from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
+from rlyard.agent.tools import ToolBox
+from rlyard.envs.base import StepResult
+from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
+from rlyard.envs.code.verify import grade
+from rlyard.sandbox import Limits, Sandbox
+from rlyard.types import Message, Reward, Task
+
+LIMITS = Limits(wall_s=120, cpu_s=120, memory_bytes=1 << 30, output_bytes=256 << 10, fsize_bytes=32 << 20)
+SUBMIT_COMMAND = re.compile(r"submit(\s|$)")  # bash_block's way to submit
+SYSTEM = """You are a software engineer working in a git repository (your current directory).
+Resolve the issue below by editing the code. The project's tests will be run after you finish, \
+with extra hidden tests for the issue; do not edit the tests. Work with the tools; when the fix \
+is complete, call submit with a one-line summary.
+
+"""
+
+
+def choose_arm(payload: dict, round_: str, task_id: str) -> str:
+    """One arm per group: a stable hash of (seed, round, task) picks it by the arm weights."""
+    weights = {name: float(w) for name, w in payload["arm_weights"].items() if float(w) > 0}
+    digest = hashlib.sha256(f"{payload['seed']}|{round_}|{task_id}".encode()).digest()
+    point = int.from_bytes(digest[:8], "big") / 2**64 * sum(weights.values())
+    for name, weight in sorted(weights.items()):
+        point -= weight
+        if point < 0:
+            return name
+    return sorted(weights)[-1]
+
+
+def build_workspace(source: dict, dest: Path) -> None:
+    """The base repository in `dest`, its history ending at the base commit."""
+    if "files" in source:
+        write_files(dest, source["files"])
+        init_single_commit(dest)
+    elif "mirror" in source:
+        export_commit(Path(source["mirror"]), source["base_commit"], dest)
+        init_single_commit(dest)
+    else:
+        copy_workdir(Path(source["workdir"]), dest, source.get("base_commit"))
+
+
+class CodeEnv:
+    def __init__(self, isolation: str = "auto"):
+        self.isolation = isolation
+        self.workspace: Path | None = None
+        self.task: Task | None = None
+        self.arm = ""
+        self.submitted: str | None = None
+        self.malformed = self.calls = 0
+
+    def reset(self, task: Task) -> list[Message]:
+        self.close()
+        p = task.payload
+        self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
+        self.workspace = Path(tempfile.mkdtemp(prefix="rlyard-code-"))
+        build_workspace(p["source"], self.workspace)
+        self.arm = choose_arm(p, str(task.metadata.get("round", "")), task.id)
+        self.format = p["tool_format"]
+        self.sandbox = Sandbox(self.workspace, LIMITS, self.isolation)
+        self.toolbox = ToolBox(self.sandbox, tuple(p["arms"][self.arm]), timeout_s=60)
+        new_files = [path for path, text in p["graded_files"].items() if text is not None and path in p["hidden_paths"]
+                     and not (self.workspace / path).exists()]
+        self.guard = Guard(new_files) if p["guard"] else None
+        system = SYSTEM + render_tool_specs(self.toolbox.specs(), self.format)
+        if self.format == "bash_block":
+            system += "\n\nWhen the fix is complete, send the command: submit <summary>"
+        listing = "\n".join(sorted(str(f.relative_to(self.workspace)) for f in self.workspace.rglob("*")
+                                   if f.is_file() and ".git" not in f.relative_to(self.workspace).parts))
+        issue = f"<issue>\n{p['problem_statement']}\n</issue>\n\nFiles in the repository:\n{listing}"
+        return [{"role": "system", "content": system}, {"role": "user", "content": issue}]
+
+    def step(self, reply: str) -> StepResult:
+        parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
+        if not parsed.calls and not parsed.errors:
+            return StepResult(done=True, reason="no_tool_call")
+        self.malformed += len(parsed.errors)
+        outputs = [format_tool_error(parsed.errors)] if parsed.errors else []
+        for call in parsed.calls:
+            self.calls += 1
+            command = str(call.arguments.get("command", "")).strip() if call.name == "bash" else ""
+            if call.name == "submit" or SUBMIT_COMMAND.match(command):
+                self.submitted = str(call.arguments.get("answer", command[len("submit"):].strip()))
+                return StepResult(done=True, reason="submitted")
+            refusal = self.guard.check(call.name, call.arguments) if self.guard else None
+            content = refusal or self.toolbox.call(call.name, call.arguments).content
+            outputs.append(f"[{call.name}]\n{content}")
+        return StepResult(messages=[{"role": "tool", "content": "\n\n".join(outputs)}], done=False)
+
+    def score(self) -> Reward:
+        p = self.task.payload
+        verdict = grade(self.sandbox, p["graded_files"], p["test_command"], p["timeout_s"], p["timeout_is_infra"])
+        extra = {"submitted": float(self.submitted is not None), "tool_calls": float(self.calls),
+                 "malformed_calls": float(self.malformed), "guard_blocks": float(self.guard.blocks if self.guard else 0),
+                 f"arm_{self.arm}": 1.0}
+        return Reward(verdict.value, {**verdict.components, **extra}, {**verdict.info, "arm": self.arm}, verdict.infra_error)
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
+
+
+def make_env() -> CodeEnv:
+    return CodeEnv()

@@ -1,0 +1,71 @@
+"""Grading a `code` episode: reset the test paths, apply the test patch, run the test command.
+
+The reward is 1.0 when the test command exits 0 in the sandbox, else 0.0. Steps 1 and 2 of the
+production recipe (reset every path the test patch touches to the base commit, then apply the
+test patch) are done without the workspace's git, which the policy could have rigged (hooks,
+smudge filters, replaced objects): the host applies the test patch once, at setup, to the
+base versions it read from trusted data, and at grading a small program in the sandbox removes
+whatever now sits at those paths and writes the expected files, checking every byte. If that
+fails (a path the policy made unwritable, say), the reward is 0 with `testbed_corrupted`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from rlyard.agent.loop import cut_middle
+from rlyard.sandbox import Sandbox, SandboxError
+from rlyard.types import Reward
+
+# Runs in the sandbox: {path: text or null} on stdin; replaces each path, then checks it.
+_RESET = r'''
+import hashlib, json, os, shutil, sys
+expected = json.load(sys.stdin)
+def remove(path):
+    if os.path.islink(path) or os.path.isfile(path): os.unlink(path)
+    elif os.path.isdir(path): shutil.rmtree(path)
+for path, text in expected.items():
+    parts = path.split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        if os.path.islink(prefix) or (os.path.lexists(prefix) and not os.path.isdir(prefix)):
+            os.unlink(prefix)
+    remove(path)
+    if text is not None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f: f.write(text)
+for path, text in expected.items():
+    if text is None:
+        ok = not os.path.lexists(path)
+    else:
+        ok = os.path.isfile(path) and not os.path.islink(path) and open(path, "rb").read() == text.encode()
+    if not ok:
+        print(f"testbed_corrupted: {path} could not be reset"); sys.exit(3)
+print("reset", len(expected), "paths")
+'''
+
+
+def digest(files: dict[str, str | None]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def grade(sandbox: Sandbox, graded_files: dict[str, str | None], test_command: str, timeout_s: float,
+          timeout_is_infra: bool = True) -> Reward:
+    """Reset + test patch (`graded_files`: each touched path's expected text), then the tests."""
+    try:
+        reset = sandbox.run(["python3", "-c", _RESET], timeout_s=60, stdin=json.dumps(graded_files))
+    except SandboxError as e:
+        return Reward(0.0, {"passed": 0.0}, {"error": f"sandbox: {e}"}, infra_error=True)
+    if reset.exit_code != 0:
+        return Reward(0.0, {"passed": 0.0, "testbed_corrupted": 1.0},
+                      {"error": "testbed_corrupted", "output": cut_middle(reset.text, 2000)})
+    try:
+        result = sandbox.run(["/bin/bash", "-c", test_command], timeout_s=timeout_s)
+    except SandboxError as e:
+        return Reward(0.0, {"passed": 0.0}, {"error": f"sandbox: {e}"}, infra_error=True)
+    output = cut_middle(result.text, 4000)
+    if result.timed_out:
+        return Reward(0.0, {"passed": 0.0, "verifier_timeout": 1.0},
+                      {"error": f"test command timed out after {timeout_s:.0f} s", "output": output}, infra_error=timeout_is_infra)
+    passed = float(result.exit_code == 0)
+    return Reward(passed, {"passed": passed, "testbed_corrupted": 0.0}, {"exit_code": result.exit_code, "output": output})
