@@ -1,0 +1,133 @@
+"""What the sync and the async loop share: the run folder, resume, logging, evaluation, and
+recording a finished step (metrics, trajectories, checkpoint).
+
+A loop opens a `Run`, trains steps `run.start_step .. train.steps - 1`, hands each finished step
+to `run.record`, and returns `run.result` after the `with` block (final evaluation, plot).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlyard.config import RunConfig, dump_config
+from rlyard.observe import MetricsLogger, TrajectoryStore, plot_reward_curve, trajectory_row
+from rlyard.observe.store import write_atomic
+from rlyard.orchestrate.evaluate import evaluate
+from rlyard.orchestrate.sampling import agent_limits
+from rlyard.orchestrate.setup import Components, build, push_weights
+from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
+from rlyard.types import Trajectory
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: int
+    base_accuracy: float | None
+    final_accuracy: float | None
+    train_seconds: float
+    wall_seconds: float
+
+
+def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:
+    rewards = [t.reward for t in batch if not t.infra_error]
+    lengths = [t.num_sampled_tokens for t in batch]
+    return {
+        "reward/mean": statistics.fmean(rewards) if rewards else 0.0,
+        "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+        "reward/pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
+        "rollout/response_tokens": statistics.fmean(lengths),
+        "rollout/truncated_fraction": sum(t.finish_reason == "length" for t in batch) / len(batch),
+        "rollout/infra_errors": float(sum(t.infra_error for t in batch)),
+        "rollout/turns": statistics.fmean(t.turns for t in batch),
+    } | component_means(batch)
+
+
+def component_means(batch: list[Trajectory]) -> dict[str, float]:
+    """Each reward component's batch mean (e.g. malformed tool calls per episode), as reward/<name>."""
+    valid = [t for t in batch if not t.infra_error]
+    names = sorted({name for t in valid for name in t.components})
+    return {f"reward/{name}": statistics.fmean(t.components.get(name, 0.0) for t in valid) for name in names} if valid else {}
+
+
+def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, label: str) -> float:
+    started = time.perf_counter()
+    result = evaluate(c.engine, c.tokenizer, c.family, c.eval_tasks, config.eval.max_new_tokens or config.rollout.max_new_tokens,
+                      c.stop_token_ids, config.eval.batch_size, limits=agent_limits(config))
+    message = f"[rlyard] {label} held-out greedy accuracy: {result['accuracy']:.1%} on {len(c.eval_tasks)} tasks ({time.perf_counter() - started:.0f} s)"
+    (logger.write if logger else print)(message)
+    return result["accuracy"]
+
+
+class Run:
+    """One training run's bookkeeping; the loop itself only samples and trains."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False):
+        self.config, self.run_dir, self.wall_started = config, run_dir, time.perf_counter()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(run_dir / "config.yaml", dump_config(config).encode())
+        self.c = c = build(config)
+        self.start_step, self.base_accuracy, self.train_seconds = 0, None, 0.0
+        self.final_accuracy: float | None = None
+        checkpoint = latest_checkpoint(run_dir) if resume else None
+        if resume and checkpoint is None:
+            print(f"[rlyard] no checkpoint in {run_dir}; starting from step 0")
+        if checkpoint is not None:
+            state = load_checkpoint(checkpoint, c.model, c.learner.optimizer, c.learner.critic)
+            c.stream.load_state_dict(state["stream"])
+            self.start_step, self.base_accuracy = state["step"], state.get("base_accuracy")
+            self.train_seconds = state.get("train_seconds", 0.0)
+            push_weights(c, state["policy_version"])
+            print(f"[rlyard] resumed from {checkpoint} at step {self.start_step}")
+        self.store = TrajectoryStore(run_dir / "trajectories.jsonl")
+        self.store.truncate_after(self.start_step)
+        output = config.output
+        self.logger = MetricsLogger(run_dir, config.train.steps, self.start_step, output.tensorboard, output.wandb,
+                                    output.wandb_project, config.model_dump(mode="json"), output.progress)
+
+    def __enter__(self) -> "Run":
+        try:
+            if self.c.eval_tasks and self.config.eval.at_start and self.base_accuracy is None:
+                self.base_accuracy = run_eval(self.c, self.config, self.logger, "base model")
+                self.logger.log(0, {"eval/accuracy": self.base_accuracy})
+        except BaseException:
+            self.logger.close()
+            raise
+        return self
+
+    def record(self, step: int, batch: list[Trajectory], metrics: dict[str, float], step_seconds: float,
+               extra: list[dict] | None = None) -> None:
+        """Step `step` (1-based) is trained: evaluate if due, log, store its trajectories (each row
+        merged with `extra[i]` when given), checkpoint if due or last."""
+        config, c = self.config, self.c
+        self.train_seconds += step_seconds
+        if config.eval.every and step % config.eval.every == 0 and step < config.train.steps:
+            metrics["eval/accuracy"] = run_eval(c, config, self.logger, f"step {step}")
+        self.logger.log(step, metrics)
+        rows = [trajectory_row(t, self.prompt_text(t)) for t in batch]
+        self.store.append(step, [row | more for row, more in zip(rows, extra)] if extra else rows)
+        if (config.output.checkpoint_every and step % config.output.checkpoint_every == 0) or step == config.train.steps:
+            save_checkpoint(self.run_dir, step, c.model, c.learner.optimizer, {
+                "stream": c.stream.state_dict(), "policy_version": c.engine.policy_version,
+                "base_accuracy": self.base_accuracy, "train_seconds": self.train_seconds,
+            }, keep=config.output.keep_checkpoints, critic=c.learner.critic)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None and self.c.eval_tasks and self.config.eval.at_end:
+                self.final_accuracy = run_eval(self.c, self.config, self.logger, "final model")
+                self.logger.log(self.config.train.steps, {"eval/accuracy": self.final_accuracy})
+        finally:
+            self.logger.close()
+        if exc_type is None and self.config.output.plot:
+            plot_reward_curve(self.run_dir / "metrics.jsonl", self.run_dir / "reward_curve.png")
+
+    @property
+    def result(self) -> RunResult:
+        return RunResult(self.run_dir, self.config.train.steps, self.base_accuracy, self.final_accuracy, self.train_seconds,
+                         time.perf_counter() - self.wall_started)
+
+    def prompt_text(self, traj: Trajectory) -> str:
+        return self.c.tokenizer.decode(traj.token_ids[: traj.prompt_length], skip_special_tokens=False)
