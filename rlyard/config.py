@@ -92,6 +92,8 @@ class AlgoConfig(Strict):
     eps_high: float = Field(0.2, ge=0.0)
     dual_clip_c: float = Field(3.0, gt=1.0)  # loss=dual_clip: the loss of an A < 0 token is at most c * |A|
     tis_cap: float | None = Field(None, ge=1.0)  # truncated importance sampling against the engine's logprobs; None = off
+    decoupled: bool = False  # AReaL's decoupled PPO: clip around the trainer's pi_prox, weight by pi_prox / pi_behav (async data)
+    behaviour_weight_cap: float | None = Field(None, gt=1.0)  # decoupled: tokens whose pi_prox / pi_behav exceeds it get no loss
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "prompt-mean", "constant"] = "token-mean"
     loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant; None = rollout.max_new_tokens
     kl_coef: float = Field(0.0, ge=0.0)  # KL to the base model (needs LoRA): a loss term, or a reward penalty
@@ -143,6 +145,23 @@ class AlgoConfig(Strict):
                              f"not {advantage!r}; for a KL loss term set only algo.kl_coef")
         return kl_in_reward
 
+    @field_validator("decoupled")
+    @classmethod
+    def _one_off_policy_correction(cls, decoupled: bool, info: ValidationInfo) -> bool:
+        if decoupled and info.data.get("tis_cap") is not None:
+            raise ValueError("pick one off-policy correction: algo.decoupled (pi_prox / pi_behav weight, masked above "
+                             "algo.behaviour_weight_cap) or algo.tis_cap (the same weight, truncated at the cap)")
+        if decoupled and info.data.get("loss") not in (None, "ppo_clip"):
+            raise ValueError(f"decoupled PPO is a PPO-clip objective: set algo.loss=ppo_clip (got {info.data.get('loss')!r})")
+        return decoupled
+
+    @field_validator("behaviour_weight_cap")
+    @classmethod
+    def _cap_needs_decoupled(cls, cap: float | None, info: ValidationInfo) -> float | None:
+        if cap is not None and not info.data.get("decoupled"):
+            raise ValueError("only used by decoupled PPO: also set algo.decoupled=true")
+        return cap
+
     @field_validator("soft_overlong_cache_len")
     @classmethod
     def _cache_within_max_len(cls, cache_len: int | None, info: ValidationInfo) -> int | None:
@@ -179,6 +198,20 @@ class OutputConfig(Strict):
     plot: bool = True
 
 
+class OrchestrateConfig(Strict):
+    """How rollouts and training interleave: sync (generate, then train) or async (rollout threads
+    fill a bounded buffer while the learner trains; see docs/async.md)."""
+
+    mode: Literal["sync", "async"] = "sync"
+    max_staleness: int = Field(4, ge=0)  # async: a trained token's policy is at most this many versions behind the learner
+    staleness_policy: Literal["drop", "wait"] = "drop"  # async: drop (and re-queue) too-stale groups, or make producers wait
+    buffer_groups: int | None = Field(None, ge=1)  # async: finished groups waiting for the learner; None = 2 x rollout.prompts_per_step
+    workers: int = Field(4, ge=1)  # async: rollout threads, each playing one group (n samples of a task) at a time
+    partial_rollouts: bool = True  # async: multi-turn episodes take new weights between turns; False = a group keeps its version
+    max_worker_restarts: int = Field(8, ge=0)  # async: dead rollout workers replaced before the run gives up
+    shutdown_timeout_s: float = Field(30.0, gt=0.0)  # async: how long stopping waits for rollout threads
+
+
 class RunConfig(Strict):
     name: str = "run"
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -189,6 +222,7 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    orchestrate: OrchestrateConfig = Field(default_factory=OrchestrateConfig)
 
     @model_validator(mode="after")
     def _soft_overlong_fits(self) -> "RunConfig":

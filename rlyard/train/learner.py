@@ -2,10 +2,11 @@
 
 `train_step` is the whole algorithm on one screen: per-token weights for the aggregation,
 then per micro-batch (one shared prompt each) the policy logprobs, the policy loss named by
-`algo.loss` (times the TIS weight when `algo.tis_cap` is set), the optional KL, entropy and
-value terms, backward; then clip and step. `score` is the no-grad pass that some algorithms
-need before their advantages: the trainer's own logprobs (TIS), the reference's (KL in the
-reward) and the critic's values (GAE).
+`algo.loss` (times the TIS weight when `algo.tis_cap` is set; AReaL's decoupled objective when
+`algo.decoupled` is), the optional KL, entropy and value terms, backward; then clip and step.
+`score` is the no-grad pass that some algorithms need before their advantages: the trainer's
+own logprobs (TIS, decoupled PPO's pi_prox), the reference's (KL in the reward) and the
+critic's values (GAE).
 """
 from __future__ import annotations
 
@@ -18,21 +19,22 @@ import torch
 
 from rlyard.algos import kl_estimate, ppo_clip, token_weights
 from rlyard.algos.estimators import value_loss
-from rlyard.algos.policy_losses import cispo, dual_clip, gspo, tis_weights
+from rlyard.algos.policy_losses import cispo, decoupled_ppo, dual_clip, gspo, tis_weights
 from rlyard.models.lora import reference_mode
 from rlyard.train.critic import Critic
 from rlyard.train.logprobs import backbone_and_head, continuation_logprobs
 from rlyard.types import Trajectory
 
 # Per-token sums a micro-batch reports; train_step divides them by the token count.
-STATS = ("policy", "kl", "entropy", "clipped", "ratio", "tokens", "tis_weight", "tis_capped", "value_loss", "value_clipped", "value")
+STATS = ("policy", "kl", "entropy", "clipped", "ratio", "tokens", "tis_weight", "tis_capped", "behaviour_weight", "behaviour_masked",
+         "value_loss", "value_clipped", "value")
 
 
 @dataclass(frozen=True)
 class TokenScores:
     """The learner's no-grad pass over a batch before the update: one (L_i,) tensor per trajectory."""
 
-    old_logprobs: list[torch.Tensor] | None  # the trainer's log pi_old of each sampled token; None = not computed
+    old_logprobs: list[torch.Tensor] | None  # the trainer's log pi_old (pi_prox) of each sampled token; None = not computed
     reference_logprobs: list[torch.Tensor] | None  # log pi_ref of the base model (KL in the reward); None = not computed
     values: list[torch.Tensor] | None  # the critic's V(s_t) before each sampled token (GAE); None = no critic
 
@@ -139,9 +141,9 @@ class Learner:
     @torch.no_grad()
     def score(self, batch: list[Trajectory]) -> TokenScores:
         """The no-grad pass before advantages, doing only what the algorithm needs: the trainer's old
-        logprobs (TIS; GAE's pass gives them for free), the reference's (KL in the reward), V(s_t) (GAE)."""
+        logprobs (TIS, decoupled PPO; GAE's pass gives them for free), the reference's (KL in the reward), V(s_t) (GAE)."""
         algo, critic = self.algo, self.critic
-        want_old = algo.tis_cap is not None or critic is not None
+        want_old = algo.tis_cap is not None or algo.decoupled or critic is not None
         want_ref = algo.kl_in_reward and algo.kl_coef > 0
         empty = [torch.zeros(0) for _ in batch]
         old, ref, values = list(empty), list(empty), list(empty)
@@ -165,8 +167,8 @@ class Learner:
         return TokenScores(old if want_old else None, ref if want_ref else None, values if critic is not None else None)
 
     def _check_inputs(self, scores: TokenScores | None, returns) -> None:
-        if self.algo.tis_cap is not None and (scores is None or scores.old_logprobs is None):
-            raise ValueError("algo.tis_cap needs the trainer's old logprobs: pass scores=learner.score(batch)")
+        if (self.algo.tis_cap is not None or self.algo.decoupled) and (scores is None or scores.old_logprobs is None):
+            raise ValueError("algo.tis_cap and algo.decoupled need the trainer's old logprobs: pass scores=learner.score(batch)")
         if self.critic is not None and (scores is None or scores.values is None or returns is None):
             raise ValueError("advantage gae trains a critic: pass scores=learner.score(batch) and the GAE returns")
 
@@ -222,12 +224,22 @@ class Learner:
         return loss, stats
 
     def _policy_terms(self, logprobs_T, traj: Trajectory, advantages_T, trainer_old_T, stats) -> torch.Tensor:
-        """The per-token policy loss of one sequence, TIS-weighted when algo.tis_cap is set."""
+        """The per-token policy loss of one sequence: TIS-weighted when algo.tis_cap is set, decoupled
+        PPO when algo.decoupled is."""
         algo, device = self.algo, logprobs_T.device
         behaviour_T = sampled_behaviour_logprobs(traj).to(device)
-        # With TIS the ratio is centred on the trainer's own old logprobs; the engine's enter only through w_t.
-        old_T = trainer_old_T.to(device) if algo.tis_cap is not None else behaviour_T
-        policy_T, clipped_T = self._policy_loss(logprobs_T, old_T, advantages_T.to(device))
+        # With TIS or decoupled PPO the ratio is centred on the trainer's own old logprobs (pi_prox);
+        # the engine's (pi_behav, possibly several versions old) enter only through the weight.
+        off_policy = algo.tis_cap is not None or algo.decoupled
+        old_T = trainer_old_T.to(device) if off_policy else behaviour_T
+        if algo.decoupled:
+            policy_T, clipped_T = decoupled_ppo(logprobs_T, old_T, behaviour_T, advantages_T.to(device), algo.eps_low, algo.eps_high,
+                                                algo.behaviour_weight_cap)
+            weight_T = torch.exp(old_T - behaviour_T)
+            stats["behaviour_weight"] += float(weight_T.sum())
+            stats["behaviour_masked"] += float((weight_T > (algo.behaviour_weight_cap or math.inf)).sum())
+        else:
+            policy_T, clipped_T = self._policy_loss(logprobs_T, old_T, advantages_T.to(device))
         if algo.tis_cap is not None:
             tis_T = tis_weights(old_T, behaviour_T, algo.tis_cap)
             policy_T = tis_T * policy_T
@@ -261,6 +273,9 @@ class Learner:
         }
         if self.algo.tis_cap is not None:
             metrics |= {"train/tis_weight_mean": sums["tis_weight"] / tokens, "train/tis_capped_fraction": sums["tis_capped"] / tokens}
+        if self.algo.decoupled:
+            metrics |= {"train/behaviour_weight_mean": sums["behaviour_weight"] / tokens,
+                        "train/behaviour_masked_fraction": sums["behaviour_masked"] / tokens}
         if self.critic is not None:
             metrics |= {"loss/value": sums["value_loss"] / tokens, "loss/value_clip_fraction": sums["value_clipped"] / tokens,
                         "train/value_mean": sums["value"] / tokens}
