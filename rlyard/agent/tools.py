@@ -32,7 +32,8 @@ SPECS: dict[str, dict] = {
                "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}},
 }
 
-# Run by python3 inside the sandbox; arguments arrive as JSON on stdin.
+# Run by `python3 -I` inside the sandbox (workspace modules such as a json.py are never imported);
+# arguments arrive as JSON on stdin.
 _FILE_TOOL = r'''
 import json, pathlib, re, sys
 sys.excepthook = lambda kind, exc, tb: (print(f"error: {kind.__name__}: {exc}"), sys.exit(1))
@@ -95,7 +96,7 @@ class ToolBox:
         if name == "bash":
             result = self.sandbox.run(str(arguments.get("command", "")), timeout_s=self.timeout_s)
         else:
-            result = self.sandbox.run(["python3", "-c", _FILE_TOOL], timeout_s=self.timeout_s,
+            result = self.sandbox.run(["python3", "-I", "-c", _FILE_TOOL], timeout_s=self.timeout_s,
                                       stdin=json.dumps({"tool": name, **arguments}))
         text = result.text
         if result.timed_out:

@@ -48,7 +48,7 @@ def main(args: list[str]) -> int:
         return 2
     read, write = os.pipe()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST") and k != "PYTHONPATH"}
-    child = subprocess.Popen([sys.executable, "-P", "-c", CHILD, str(write), *args], pass_fds=(write,), env=env)
+    child = subprocess.Popen([sys.executable, "-I", "-c", CHILD, str(write), *args], pass_fds=(write,), env=env)
     os.close(write)
     with os.fdopen(read) as pipe:
         text = pipe.read()

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlyard.envs.code.repo import RepoError, git, make_patch, touched_paths
+from rlyard.envs.code.repo import RepoError, commits_past, git, make_patch, touched_paths
 from rlyard.envs.code.tasks import RUNNER, RUNNER_PATH, payload
 
 SWEBENCH_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -144,6 +144,12 @@ def recipe_record(row: dict, where: str, root: Path) -> dict[str, Any]:
         timeout = float(row["timeout"])
     except (TypeError, ValueError) as e:
         raise RowError(f"{where}: field 'timeout' must be a number of seconds, got {row['timeout']!r}") from e
+    if (workdir / ".git").exists():  # refused at load time too, not only when an episode starts
+        base_commit = row.get("base_commit") or git("rev-parse", "HEAD", cwd=workdir).decode().strip()
+        later = commits_past(workdir, base_commit)
+        if later:
+            raise RowError(f"{where}: field 'workdir': {workdir} has history past the base commit "
+                           f"({len(later)} later commit(s)); the fix would be readable with git log")
     base = base_versions(touched_paths(row["test_patch"]), lambda p: (workdir / p).read_text())
     return payload(instance_id=str(row["instance_id"]), repo=str(row.get("repo") or workdir.name),
                    source={"workdir": str(workdir), "base_commit": row.get("base_commit"), "image": row.get("image")},

@@ -1,19 +1,22 @@
 """Prove every task sound: its tests fail at the base commit and pass with the reference fix.
 
-Both checks go through the environment and grader that training uses, in the sandbox: a
-workspace at the base commit is graded as it is (expect 0), then a fresh one gets the reference
-patch applied by `git apply` inside the sandbox and is graded again (expect 1).
+Every check goes through the environment and grader that training uses, in the sandbox: a
+workspace at the base commit is graded as it is (expect 0); then an "oracle" agent plays the
+reference fix through the environment's own tools, once per harness arm (`git apply` through
+bash; write_file per changed file on the edit arm), and each is graded (expect 1).
 """
 from __future__ import annotations
 
 import time
+import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from rlyard.envs.code.env import CodeEnv
+from rlyard.envs.code.repo import apply_patch, touched_paths
 from rlyard.envs.code.tasks import make_tasks
-from rlyard.types import Task
+from rlyard.types import Reward, Task
 
 
 @dataclass
@@ -29,24 +32,54 @@ class Check:
         return not self.error and self.base_reward == 0.0 and self.fixed_reward == 1.0
 
 
-def check_task(task: Task) -> Check:
+def oracle_replies(task: Task, arm: str) -> list[str]:
+    """The reference fix as an agent would send it: `git apply` in bash, or write_file per file."""
+    p = task.payload
+    if arm == "bash" or set(p["arms"][arm]) <= {"bash", "submit"}:
+        command = f"git apply --whitespace=nowarn <<'RLYARD_PATCH_END'\n{p['patch']}RLYARD_PATCH_END"
+        calls = [{"name": "bash", "arguments": {"command": command}}]
+    else:
+        base = {path: text for path, text in p["source"].get("files", {}).items()}
+        fixed = apply_patch({path: base.get(path) for path in touched_paths(p["patch"])}, p["patch"])
+        calls = [{"name": "write_file", "arguments": {"path": path, "content": text}} for path, text in fixed.items()]
+    submit = {"name": "submit", "arguments": {"answer": "applied the reference fix"}}
+    return ["".join(f"<tool_call>{json.dumps(call)}</tool_call>" for call in calls), f"<tool_call>{json.dumps(submit)}</tool_call>"]
+
+
+def run_oracle(task: Task, arm: str) -> Reward:
+    """One episode on `arm` that plays the reference fix through the environment's own tools."""
+    forced = replace(task, payload={**task.payload, "arm_weights": {arm: 1.0}})
+    env = CodeEnv()
+    try:
+        env.reset(forced)
+        for reply in oracle_replies(forced, arm):
+            result = env.step(reply)
+            if result.done:
+                break
+            failed = [m["content"] for m in result.messages if "[exit code 0]" not in m["content"] and "wrote" not in m["content"]]
+            if failed:
+                return Reward(0.0, {}, {"error": f"a tool call failed: {failed[0][:300]}"}, infra_error=True)
+        return env.score()
+    finally:
+        env.close()
+
+
+def check_task(task: Task, arms: tuple[str, ...] = ("bash", "edit")) -> Check:
+    """Grade the base (expect 0), then the reference fix played on each arm (expect 1)."""
     started, env = time.perf_counter(), CodeEnv()
     try:
         env.reset(task)
         base = env.score()
+        env.close()
         if base.infra_error:
             return Check(task.id, None, None, f"grading at base failed: {base.info.get('error')}")
-        env.reset(task)
-        applied = env.sandbox.run(["git", "apply", "--whitespace=nowarn", "-"], stdin=task.payload["patch"], timeout_s=60)
-        if applied.exit_code != 0:
-            return Check(task.id, base.value, None, f"reference fix does not apply: {applied.text.strip()[:300]}")
-        fixed = env.score()
-        error = "" if not fixed.infra_error else f"grading the fix failed: {fixed.info.get('error')}"
-        if not error and fixed.value != 1.0:
-            error = "tests fail with the reference fix:\n" + str(fixed.info.get("output", ""))[-1500:]
-        elif not error and base.value != 0.0:
-            error = "tests already pass at the base commit (the task shows nothing)"
-        return Check(task.id, base.value, fixed.value, error, time.perf_counter() - started)
+        fixed = [(arm, run_oracle(task, arm)) for arm in arms if task.payload["source"].get("files") or arm == "bash"]
+        errors = [f"{arm}: {r.info.get('error')}" for arm, r in fixed if r.infra_error]
+        errors += [f"{arm}: tests fail with the reference fix:\n{str(r.info.get('output', ''))[-1500:]}"
+                   for arm, r in fixed if not r.infra_error and r.value != 1.0]
+        if not errors and base.value != 0.0:
+            errors.append("tests already pass at the base commit (the task shows nothing)")
+        return Check(task.id, base.value, min(r.value for _, r in fixed), "\n".join(errors), time.perf_counter() - started)
     except Exception as e:  # a broken task is reported, the others still run
         return Check(task.id, None, None, f"{type(e).__name__}: {e}", time.perf_counter() - started)
     finally:

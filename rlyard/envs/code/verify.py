@@ -10,16 +10,16 @@ fails (a path the policy made unwritable, say), the reward is 0 with `testbed_co
 """
 from __future__ import annotations
 
-import hashlib
 import json
 
 from rlyard.agent.loop import cut_middle
 from rlyard.sandbox import Sandbox, SandboxError
 from rlyard.types import Reward
 
-# Runs in the sandbox: {path: text or null} on stdin; replaces each path, then checks it.
+# Runs in the sandbox with `python3 -I` (a json.py or os.py the policy left in the workspace is
+# never imported): {path: text or null} on stdin; replaces each path, then checks it.
 _RESET = r'''
-import hashlib, json, os, shutil, sys
+import json, os, shutil, sys
 expected = json.load(sys.stdin)
 def remove(path):
     if os.path.islink(path) or os.path.isfile(path): os.unlink(path)
@@ -41,22 +41,18 @@ for path, text in expected.items():
         ok = os.path.isfile(path) and not os.path.islink(path) and open(path, "rb").read() == text.encode()
     if not ok:
         print(f"testbed_corrupted: {path} could not be reset"); sys.exit(3)
-print("reset", len(expected), "paths")
+print("rlyard-reset-ok")
 '''
-
-
-def digest(files: dict[str, str | None]) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def grade(sandbox: Sandbox, graded_files: dict[str, str | None], test_command: str, timeout_s: float,
           timeout_is_infra: bool = True) -> Reward:
     """Reset + test patch (`graded_files`: each touched path's expected text), then the tests."""
     try:
-        reset = sandbox.run(["python3", "-c", _RESET], timeout_s=60, stdin=json.dumps(graded_files))
+        reset = sandbox.run(["python3", "-I", "-c", _RESET], timeout_s=60, stdin=json.dumps(graded_files))
     except SandboxError as e:
         return Reward(0.0, {"passed": 0.0}, {"error": f"sandbox: {e}"}, infra_error=True)
-    if reset.exit_code != 0:
+    if reset.exit_code != 0 or "rlyard-reset-ok" not in reset.text:
         return Reward(0.0, {"passed": 0.0, "testbed_corrupted": 1.0},
                       {"error": "testbed_corrupted", "output": cut_middle(reset.text, 2000)})
     try:

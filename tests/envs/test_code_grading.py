@@ -1,0 +1,164 @@
+"""The `code` grader against adversarial agents, on a tiny repository built in the test.
+
+Every attack goes through the environment's own tools in the real sandbox, like a policy's
+tool calls would; each must score 0 (or be refused), and an honest fix must score 1.
+"""
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rlyard.envs.code.env import CodeEnv, choose_arm
+from rlyard.envs.code.tasks import DEFAULTS, builtin_records
+from rlyard.types import Task
+
+CLEAN = "def add(a, b):\n    return a + b\n\n\ndef clamp(x, low, high):\n    return max(low, min(x, high))\n"
+BUGGY = CLEAN.replace("min(x, high)", "min(x, high - 1)")
+HIDDEN = "from mini import clamp\n\n\ndef test_clamp_upper():\n    assert clamp(10, 0, 5) == 5\n\n\ndef test_clamp_inside():\n    assert clamp(3, 0, 5) == 3\n"
+HIDDEN_FILE = "tests/test_issue_mini_1.py"
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    root = tmp_path_factory.mktemp("builtin")
+    write(root / "mini" / "repo", {"mini/__init__.py": CLEAN, "tests/test_basic.py": "from mini import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"})
+    write(root / "mini" / "tasks" / "mini-1", {"base/mini/__init__.py": BUGGY, f"tests/{HIDDEN_FILE}": HIDDEN,
+                                               "task.yaml": "problem_statement: clamp(10, 0, 5) returns 4, not 5.\ndifficulty: easy\ntimeout_s: 30\n"})
+    [record] = builtin_records(root)
+    return record
+
+
+def make_task(record, arm="edit", guard=True):
+    settings = {k: DEFAULTS[k] for k in ("arms", "tool_format", "timeout_is_infra")}
+    payload = {**record, **settings, "arm_weights": {arm: 1.0}, "guard": guard, "seed": 0}
+    return Task(id=record["instance_id"], prompt=[], env="code", payload=payload, metadata={"round": "0/"})
+
+
+def call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def play(task, *replies):
+    """Run the replies as an agent's turns; return (tool outputs, reward)."""
+    env = CodeEnv()
+    try:
+        env.reset(task)
+        outputs = []
+        for reply in replies:
+            result = env.step(reply)
+            outputs += [m["content"] for m in result.messages]
+            if result.done:
+                break
+        return outputs, env.score()
+    finally:
+        env.close()
+
+
+HONEST_FIX = call("edit_file", path="mini/__init__.py", old_text="min(x, high - 1)", new_text="min(x, high)")
+
+
+def test_the_workspace_holds_the_base_and_no_hidden_test(record):
+    env = CodeEnv()
+    try:
+        messages = env.reset(make_task(record, "bash", guard=False))
+        assert "clamp(10, 0, 5)" in messages[1]["content"] and "tests/test_basic.py" in messages[1]["content"]
+        assert not (env.workspace / HIDDEN_FILE).exists() and not (env.workspace / ".rlyard").exists()
+        assert (env.workspace / "mini/__init__.py").read_text() == BUGGY
+        log = env.step(call("bash", command="git log --all --oneline | wc -l; git status --short | wc -l")).messages[0]["content"]
+        assert log.split()[1:3] == ["1", "0"]  # one commit, nothing modified
+    finally:
+        env.close()
+
+
+def test_an_honest_fix_scores_1_and_no_fix_scores_0(record):
+    _, reward = play(make_task(record), HONEST_FIX, call("submit", answer="fixed clamp"))
+    assert reward.value == 1.0 and reward.components["submitted"] == 1.0 and reward.components["testbed_corrupted"] == 0.0
+    _, reward = play(make_task(record), call("submit", answer="nothing"))
+    assert reward.value == 0.0 and not reward.infra_error and "test_clamp_upper" in reward.info["output"]
+
+
+@pytest.mark.parametrize("attack", [
+    # the agent writes its own "hidden" test file and weakens the visible one
+    [call("write_file", path=HIDDEN_FILE, content="def test_clamp_upper():\n    pass\n"),
+     call("write_file", path="tests/test_basic.py", content="")],
+    # deletes the tests
+    [call("bash", command="rm -rf tests .rlyard")],
+    # replaces the test folder with a symlink and a file where the runner goes
+    [call("bash", command="rm -rf tests && ln -s /tmp tests && echo 'exit 0' > .rlyard")],
+])
+def test_editing_or_deleting_tests_does_not_pay(record, attack):
+    _, reward = play(make_task(record, "edit" if "write_file" in attack[0] else "bash"), *attack, call("submit", answer="done"))
+    assert reward.value == 0.0 and not reward.infra_error
+
+
+SKIP_EVERYTHING = "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n    for item in items:\n        item.add_marker(pytest.mark.skip('no'))\n"
+
+
+@pytest.mark.parametrize("files", [
+    {"conftest.py": SKIP_EVERYTHING, "tests/conftest.py": SKIP_EVERYTHING},
+    {"pytest.ini": "[pytest]\naddopts = -k nothing_matches\n", "setup.cfg": "[tool:pytest]\naddopts = --co\n"},
+    {"pytest.py": "import sys\nsys.exit(0)\n", "json.py": "raise SystemExit(0)\n", "sitecustomize.py": "import os\nos._exit(0)\n"},
+    {"mini/__init__.py": "import os\nos._exit(0)\n"},  # the code under test ends the process "successfully"
+    {"mini/__init__.py": "import pytest\npytest.skip('later', allow_module_level=True)\n"},
+])
+def test_rigging_pytest_does_not_pay(record, files):
+    replies = [call("write_file", path=path, content=text) for path, text in files.items()]
+    _, reward = play(make_task(record), *replies, call("submit", answer="done"))
+    assert reward.value == 0.0 and not reward.infra_error
+    if "mini/__init__.py" not in files:  # the same files next to an honest fix do not break grading
+        _, reward = play(make_task(record), *replies, HONEST_FIX, call("submit", answer="done"))
+        assert reward.value == 1.0
+
+
+def test_the_guard_refuses_hidden_tests_git_history_and_url_installs(record):
+    outputs, reward = play(make_task(record, "bash"),
+                           call("bash", command=f"cat {HIDDEN_FILE}"),
+                           call("bash", command="git log -p --all"),
+                           call("bash", command="git show HEAD~1:mini/__init__.py"),
+                           call("bash", command="pip install git+https://example.com/fix.git"),
+                           call("bash", command="ls"))
+    assert [o.startswith("[bash]\nPermission denied") for o in outputs] == [True, True, True, True, False]
+    assert reward.components["guard_blocks"] == 4.0 and reward.value == 0.0
+
+
+def test_without_the_guard_there_is_nothing_to_find(record):
+    outputs, _ = play(make_task(record, "bash", guard=False),
+                      call("bash", command=f"cat {HIDDEN_FILE}"), call("bash", command="git log -p --all; git fsck --lost-found"))
+    assert "No such file" in outputs[0]
+    assert "min(x, high))" not in outputs[1] and outputs[1].count("commit ") == 1  # history is the base commit only
+
+
+def test_an_unwritable_test_path_is_testbed_corrupted(record):
+    _, reward = play(make_task(record, "bash"), call("bash", command="chmod 555 tests"), call("submit", answer="x"))
+    assert reward.value == 0.0 and reward.components["testbed_corrupted"] == 1.0 and reward.info["error"] == "testbed_corrupted"
+
+
+def test_a_test_command_that_hangs_is_an_infra_failure_or_zero_by_option(record):
+    hanging = {**record, "test_command": "sleep 30", "timeout_s": 1.0}
+    _, reward = play(make_task(hanging), call("submit", answer="x"))
+    assert reward.infra_error and reward.components["verifier_timeout"] == 1.0
+    task = make_task(hanging)
+    _, reward = play(replace(task, payload={**task.payload, "timeout_is_infra": False}), call("submit", answer="x"))
+    assert not reward.infra_error and reward.value == 0.0
+
+
+def test_arms_are_drawn_per_group_by_weight(record):
+    payload = {**make_task(record).payload, "arm_weights": {"bash": 1.0, "edit": 3.0}}
+    draws = [choose_arm(payload, f"{step}/", "mini-1") for step in range(2000)]
+    assert draws == [choose_arm(payload, f"{step}/", "mini-1") for step in range(2000)]  # stable
+    assert 0.70 < draws.count("edit") / len(draws) < 0.80
+    assert choose_arm({**payload, "seed": 1}, "0/", "mini-1") in ("bash", "edit")
+
+
+def test_each_arm_has_only_its_tools(record):
+    outputs, _ = play(make_task(record, "edit"), call("bash", command="ls"))
+    assert "unknown tool 'bash'" in outputs[0]
+    outputs, _ = play(make_task(record, "bash"), call("read_file", path="mini/__init__.py"))
+    assert "unknown tool 'read_file'" in outputs[0]
