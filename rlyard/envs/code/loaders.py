@@ -71,10 +71,13 @@ def load_records(source: str | Path, mirrors: str | Path | None = None) -> list[
         if not isinstance(row, dict):
             raise RowError(f"{where}: expected an object, got {type(row).__name__}")
         try:
-            if "base_commit" in row or "FAIL_TO_PASS" in row:
+            if "test_command" in row or {"workdir", *RECIPE_ALIASES} & set(row):
+                records.append(recipe_record(row, where, root))
+            elif "base_commit" in row or "FAIL_TO_PASS" in row:
                 records.append(swebench_record(row, where, root))
             else:
-                records.append(recipe_record(row, where, root))
+                raise RowError(f"{where}: neither a SWE-bench row ({', '.join(SWEBENCH_FIELDS)}) "
+                               f"nor a recipe record ({', '.join(RECIPE_FIELDS)}); fields: {sorted(row)}")
         except (RepoError, ValueError) as e:
             raise RowError(str(e) if str(e).startswith(where) else f"{where}: {e}") from e
     return records
