@@ -42,6 +42,11 @@ with os.fdopen(fd, "w") as pipe:
 """
 
 
+def same_test(wanted: str, reported: str) -> bool:
+    """Node ids are relative to pytest's rootdir, which may differ from the repository root."""
+    return wanted == reported or wanted.endswith("/" + reported) or reported.endswith("/" + wanted)
+
+
 def main(args: list[str]) -> int:
     if not args:
         print("usage: python3 -P .rlyard/grade.py TEST_FILE_OR_NODE_ID ...")
@@ -61,7 +66,7 @@ def main(args: list[str]) -> int:
     outcomes = report["outcomes"]
     bad = {node: outcome for node, outcome in outcomes.items() if outcome != "passed"}
     wanted = [a for a in args if "::" in a]
-    missing = [node for node in wanted if outcomes.get(node) != "passed" and node not in bad]
+    missing = [node for node in wanted if not any(same_test(node, key) for key in outcomes)]
     ok = report["exit"] == 0 and outcomes and not bad and not missing
     print(f"grade: {'PASS' if ok else 'FAIL'}: {sum(o == 'passed' for o in outcomes.values())} passed, "
           f"{len(bad)} not passed, {len(missing)} missing, pytest exit {report['exit']}")

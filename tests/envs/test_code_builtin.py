@@ -1,0 +1,60 @@
+"""The built-in `code` task set: its shape, `rlyard envs validate code` (every task fails at its
+base and passes when an oracle plays the reference fix through each arm's tools), a training run."""
+import json
+from collections import Counter
+
+from rlyard.cli import main
+from rlyard.envs import get_family
+from rlyard.envs.code.tasks import builtin_records
+
+
+def test_the_builtin_set_spans_repositories_difficulties_and_splits():
+    records = builtin_records()
+    repos = Counter(r["repo"] for r in records)
+    assert len(records) >= 30 and len(repos) >= 5 and min(repos.values()) >= 5, repos
+    assert set(Counter(r["difficulty"] for r in records)) == {"easy", "medium", "hard"}
+    for r in records:
+        assert r["patch"] and r["problem_statement"] and r["timeout_s"] > 0
+        assert any(p.startswith("tests/") for p in r["hidden_paths"]) and ".rlyard/grade.py" in r["hidden_paths"]
+    family = get_family("code")
+    train, evals = family.make_tasks("train", 1000, 0), family.make_tasks("eval", 1000, 0)
+    assert train and evals and not {t.id for t in train} & {t.id for t in evals}
+    assert len(train) + len(evals) == len(records)
+
+
+def test_hidden_tests_are_never_in_the_base_workspace():
+    for r in builtin_records():
+        new_files = [p for p in r["hidden_paths"] if r["source"]["files"].get(p) is None]
+        assert new_files and not set(new_files) & set(r["source"]["files"]), r["instance_id"]
+
+
+def test_envs_validate_code_passes_for_every_builtin_task(capsys):
+    assert main(["envs", "validate", "code", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    count = len(builtin_records())
+    assert f"{count}/{count} tasks sound" in out and "FAIL" not in out
+
+
+def test_envs_validate_reports_a_broken_task(tmp_path, capsys):
+    rows = [{"image": "", "workdir": str(tmp_path), "instance_id": "passes-already", "problem_statement": "nothing is wrong",
+             "test_patch": "diff --git a/t.py b/t.py\nnew file mode 100644\n--- /dev/null\n+++ b/t.py\n@@ -0,0 +1 @@\n+print('ok')\n",
+             "test_command": "python3 t.py", "timeout": 30, "patch": ""}]
+    (tmp_path / "rows.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert main(["envs", "validate", "code", "-o", f"source={tmp_path / 'rows.jsonl'}"]) == 1
+    assert "0/1 tasks sound" in capsys.readouterr().out
+
+
+def test_a_short_training_run_on_code(tiny_model_dir, tmp_path):
+    from rlyard.config import load_config
+    from rlyard.orchestrate.sync import train
+
+    config = load_config("configs/code.yaml", [f"model.name={tiny_model_dir}", "train.steps=2", "eval.size=2", "rollout.n=2",
+                                               "agent.max_tokens_per_turn=8", "agent.max_turns=2", "output.progress=false"])
+    result = train(config, tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert result.steps == 2 and len(rows) == 2 * 2 * 2 and not any(r["finish_reason"] == "infra_error" for r in rows)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    step_rows = [m for m in metrics if "reward/mean" in m]
+    assert [m["step"] for m in step_rows] == [1, 2]
+    assert all("reward/passed" in m and "reward/testbed_corrupted" in m for m in step_rows)
+    assert all(abs(m.get("reward/arm_bash", 0) + m.get("reward/arm_edit", 0) - 1) < 1e-9 for m in step_rows)
