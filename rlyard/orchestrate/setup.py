@@ -1,6 +1,7 @@
 """Building the pieces of a run from its config: model, engine, learner, tasks."""
 from __future__ import annotations
 
+import copy
 import random
 from dataclasses import dataclass
 
@@ -68,14 +69,23 @@ def build(config: RunConfig, train: bool = True, model=None) -> Components:
 def engine_model_for(model, config: RunConfig):
     """LoRA: a plain copy that receives merged weights (no adapter overhead while sampling).
 
-    Full fine-tuning shares the learner's model: its weights are the policy already.
+    Full fine-tuning shares the learner's model in sync mode: its weights are the policy already.
+    In async mode rollout threads sample while the learner steps, so the engine gets its own copy
+    and receives every weight with each update.
     """
-    if not is_peft(model):
+    if not is_peft(model) and config.orchestrate.mode == "sync":
         return model
-    engine_model = load_model(config.model.name, config.model.dtype, config.model.device)
+    engine_model = copy.deepcopy(model) if not is_peft(model) else load_model(config.model.name, config.model.dtype, config.model.device)
     engine_model.requires_grad_(False)
-    return engine_model
+    return engine_model.eval()
 
 
 def push_weights(c: "Components", version: int) -> None:
-    c.engine.update_weights(version, merged_weights(c.model) if is_peft(c.model) else None)
+    """Give the engine the learner's current policy as `version` (nothing to copy when they share a model)."""
+    if is_peft(c.model):
+        weights = merged_weights(c.model)
+    elif getattr(c.engine, "model", None) is c.model:
+        weights = None
+    else:
+        weights = {name: param.detach() for name, param in c.model.named_parameters()}
+    c.engine.update_weights(version, weights)

@@ -1,0 +1,86 @@
+"""What flows between the rollout threads and the learner in async mode: tickets (a task handed
+to a worker), groups (its n finished samples) and the task source that hands out tickets.
+
+The task source is also where staleness_policy=wait holds producers back: at most
+(max_staleness + 1) x prompts_per_step groups may be outstanding (handed out and neither trained
+nor dropped yet), AReaL's bound on how far generation may run ahead of training.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from rlyard.data import TaskStream
+from rlyard.types import Task, Trajectory
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """One task handed to a rollout worker."""
+
+    seq: int  # group number in this run: seeds the group's sampling and names its group ids
+    task: Task
+    version: int  # the learner's policy version when the task was handed out
+
+
+@dataclass
+class Group:
+    """The n samples of one task, complete, as a worker puts them in the buffer."""
+
+    ticket: Ticket
+    trajectories: list[Trajectory]
+    greedy: dict[str, float] = field(default_factory=dict)  # ReMax: group id -> greedy reward; else empty
+
+    @property
+    def min_version(self) -> int:
+        """The oldest policy version that sampled any of its tokens (what staleness is measured on)."""
+        versions = [v for t in self.trajectories for v, m in zip(t.policy_versions, t.loss_mask) if m]
+        return min(versions) if versions else self.ticket.version
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(t.num_sampled_tokens for t in self.trajectories)
+
+
+class TaskSource:
+    """Thread-safe tickets: re-queued tasks first, then the run's task stream."""
+
+    def __init__(self, stream: TaskStream, first_seq: int, version: int, limit: int | None = None):
+        self._cond = threading.Condition()
+        self._stream, self._requeued = stream, deque()
+        self._seq, self._version, self._limit = first_seq, version, limit
+        self.outstanding = 0  # tickets handed out and not yet settled
+        self.requeued_total = 0
+        self.closed = False
+
+    def take(self) -> Ticket | None:
+        """The next ticket; blocks while the wait policy's limit is reached; None once closed."""
+        with self._cond:
+            while not self.closed and self._limit is not None and self.outstanding >= self._limit:
+                self._cond.wait()
+            if self.closed:
+                return None
+            task = self._requeued.popleft() if self._requeued else self._stream.next(1)[0]
+            ticket = Ticket(self._seq, task, self._version)
+            self._seq += 1
+            self.outstanding += 1
+            return ticket
+
+    def settle(self, tickets: list[Ticket], requeue: bool = False) -> None:
+        """These tickets were trained on or dropped; with `requeue` their tasks are played again (first)."""
+        with self._cond:
+            self.outstanding -= len(tickets)
+            if requeue:
+                self._requeued.extendleft(reversed([t.task for t in tickets]))
+                self.requeued_total += len(tickets)
+            self._cond.notify_all()
+
+    def set_version(self, version: int) -> None:
+        with self._cond:
+            self._version = version
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
