@@ -1,1 +1,1 @@
-"""Orchestration: the sync loop, rollouts and evaluation."""
+"""Orchestration: the sync loop (`sync`), the async loop (`async_loop`, `workers`, `buffer`), rollouts and evaluation."""

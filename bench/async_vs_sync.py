@@ -1,0 +1,193 @@
+"""Async against sync training on an environment with long-tail grading latency, same run.
+
+    python bench/async_vs_sync.py                     # tiny random llama, ~2-4 minutes on 2 CPUs
+    python bench/async_vs_sync.py --steps 30 --prompts 8 --n 8 --workers 16 --model embedded
+
+The environment ("latency") is a toy task (reward 1 when the reply contains --target) graded by a
+service with lognormal latency (median --delay-median s, log-std --delay-sigma), like a remote
+sandbox or an LLM judge: a submitted reply is graded concurrently with the others, so the sync
+loop waits for the slowest grade of its batch (the long tail), not for the sum of them. A reply
+cut by the token cap is not submitted (reward 0, no grading).
+
+Both modes run the same model, seed and settings for the same number of steps, so they train on
+the same number of samples. Printed: trajectories/s and trained (sampled) tokens/s over the
+whole train() call, the reward of the first and last steps, and the async / sync ratios.
+
+The default model is a 2-layer random llama (hidden 64) whose end-of-turn logit is raised so
+that replies end by themselves after a few tokens, as an instruct model's do; `--model` takes
+"embedded", an HF id or a path instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rlyard.config import load_config
+from rlyard.envs.base import Family, StepResult, register
+from rlyard.orchestrate.sync import train
+from rlyard.types import Reward, Task
+
+TARGET = "e"  # --target
+
+
+class LatencyGrader:
+    """A grading service: every submitted reply is graded after its own lognormal delay, concurrently."""
+
+    def __init__(self, median: float, sigma: float, seed: int):
+        self.median, self.sigma = median, sigma
+        self.rng, self.lock = random.Random(seed), threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=512, thread_name_prefix="grader")
+
+    def submit(self, reply: str):
+        with self.lock:
+            delay = self.median * math.exp(self.rng.gauss(0.0, self.sigma))
+        return self.pool.submit(self._grade, reply, delay)
+
+    @staticmethod
+    def _grade(reply: str, delay: float) -> Reward:
+        time.sleep(delay)
+        hit = float(TARGET in reply)
+        return Reward(hit, {"hit": hit}, {"delay_s": delay})
+
+
+GRADER: LatencyGrader | None = None
+
+
+class LatencyEnv:
+    def reset(self, task: Task):
+        self.pending = None
+        return list(task.prompt)
+
+    def step(self, reply: str) -> StepResult:
+        self.pending = GRADER.submit(reply)  # submitted: graded in the background
+        return StepResult(done=True, reason="submitted")
+
+    def score(self) -> Reward:
+        return self.pending.result() if self.pending is not None else Reward(0.0, {"hit": 0.0})
+
+    def close(self) -> None:
+        pass
+
+
+def latency_tasks(split: str, n: int, seed: int, **options) -> list[Task]:
+    return [Task(f"latency-{split}-{i}", [{"role": "user", "content": "Say something."}], "latency") for i in range(n)]
+
+
+register(Family("latency", latency_tasks, LatencyEnv, verify=lambda reply, task: Reward(float(TARGET in reply)),
+                description="bench: the toy task graded by a service with lognormal latency", multi_turn=True))
+
+
+def tiny_model_dir(folder: Path, stop_logit: float) -> Path:
+    """A random 2-layer llama with the real tokenizer; its end-of-turn logit sits near `stop_logit`."""
+    import torch
+    import transformers
+
+    from rlyard.models import load_tokenizer
+    from rlyard.orchestrate.setup import stop_tokens
+
+    tokenizer = load_tokenizer("embedded")
+    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Say something."}], add_generation_prompt=True,
+                                           tokenize=True, return_dict=False)
+    with torch.no_grad():  # the mean final hidden state over a few random continuations
+        ids = torch.tensor([list(prompt) + torch.randint(0, len(tokenizer), (12,)).tolist() for _ in range(16)])
+        mean = model.model(input_ids=ids).last_hidden_state[:, len(prompt) - 1:].reshape(-1, 64).mean(0)
+        for stop in stop_tokens(tokenizer):
+            model.lm_head.weight[stop] = stop_logit * mean / mean.norm() ** 2
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def run_mode(mode: str, args, model: str, root: Path) -> dict:
+    global GRADER
+    GRADER = LatencyGrader(args.delay_median, args.delay_sigma, args.seed)  # the same delays, drawn in order
+    run_dir = root / mode
+    config = load_config(None, [
+        f"model.name={model}", "env.name=latency", "env.train_size=64", f"rollout.prompts_per_step={args.prompts}",
+        f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", f"agent.max_tokens_per_turn={args.max_new_tokens}",
+        "agent.max_turns=1", "rollout.temperature=0.7", f"train.steps={args.steps}", f"train.seed={args.seed}",
+        f"train.threads={args.threads}", "eval.size=0", "output.progress=false", "output.plot=false", "output.checkpoint_every=0",
+        f"algo.lr={args.lr}", f"model.lora.enabled={str(args.lora).lower()}", f"orchestrate.mode={mode}",
+        f"orchestrate.workers={args.workers}", f"orchestrate.max_staleness={args.max_staleness}", "algo.decoupled=true", *args.set,
+    ])
+    started = time.perf_counter()
+    train(config, run_dir)
+    wall = time.perf_counter() - started
+    rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [m["reward/mean"] for m in metrics if "reward/mean" in m]
+    k = max(1, len(rewards) // 4)
+    result = {
+        "mode": mode, "wall_s": wall, "trajectories": len(rows), "trajectories_per_s": len(rows) / wall,
+        "trained_tokens_per_s": sum(r["num_tokens"] for r in rows) / wall,
+        "reward_first": statistics.fmean(rewards[:k]), "reward_last": statistics.fmean(rewards[-k:]),
+    }
+    if mode == "async":
+        staleness = [m["rollout/staleness_mean"] for m in metrics if "rollout/staleness_mean" in m]
+        result["staleness_mean"] = statistics.fmean(staleness)
+        result["stale_groups_dropped"] = sum(m["rollout/stale_groups_dropped"] for m in metrics if "reward/mean" in m)
+    return result
+
+
+def main() -> None:
+    global TARGET
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="default: a tiny random llama built here")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--prompts", type=int, default=8, help="rollout.prompts_per_step")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--workers", type=int, default=12, help="async rollout threads")
+    parser.add_argument("--max-staleness", type=int, default=2)
+    parser.add_argument("--delay-median", type=float, default=0.3, help="grading latency median, seconds")
+    parser.add_argument("--delay-sigma", type=float, default=1.0, help="log-std of the grading latency (the tail)")
+    parser.add_argument("--target", default="e", help="reward 1 when the reply contains this text")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lora", action="store_true", help="LoRA instead of full fine-tuning")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, for both modes")
+    parser.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"], help="e.g. only one, to tune")
+    parser.add_argument("--keep", type=Path, help="keep the two run folders (and the model) here")
+    args = parser.parse_args()
+    TARGET = args.target
+    with tempfile.TemporaryDirectory(prefix="rlyard-async-bench-") as tmp:
+        root = args.keep or Path(tmp)
+        model = args.model or str(tiny_model_dir(root / "model", stop_logit=5.5))
+        results = [run_mode(mode, args, model, root) for mode in args.modes]
+    if args.modes != ["sync", "async"]:
+        print(json.dumps(results, indent=2))
+        return
+    sync, async_ = results
+    print(f"\nmodel {args.model or 'tiny random llama'}; {args.steps} steps x {args.prompts} prompts x {args.n} samples; "
+          f"grading latency lognormal(median {args.delay_median} s, sigma {args.delay_sigma}); async: {args.workers} workers, "
+          f"max_staleness {args.max_staleness}, decoupled PPO")
+    print(f"| mode | wall s | trajectories/s | trained tokens/s | reward first {max(1, args.steps // 4)} steps | reward last |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['mode']} | {r['wall_s']:.1f} | {r['trajectories_per_s']:.2f} | {r['trained_tokens_per_s']:.1f} | "
+              f"{r['reward_first']:.3f} | {r['reward_last']:.3f} |")
+    ratio = async_["trajectories_per_s"] / sync["trajectories_per_s"]
+    token_ratio = async_["trained_tokens_per_s"] / sync["trained_tokens_per_s"]
+    print(f"async / sync: {ratio:.2f}x trajectories/s, {token_ratio:.2f}x trained tokens/s; "
+          f"async staleness mean {async_['staleness_mean']:.2f}, stale groups dropped {async_['stale_groups_dropped']:.0f}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results,
+                                         "ratio_trajectories": ratio, "ratio_tokens": token_ratio}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
