@@ -9,7 +9,7 @@ Built-in layout (rlyard/envs/code/builtin/):
     <repo>/repo/...                    the clean repository (the reference fix of every task)
     <repo>/tasks/<id>/task.yaml        problem_statement, difficulty, timeout_s
     <repo>/tasks/<id>/base/...         files that differ at the task's base commit (the bug)
-    <repo>/tasks/<id>/tests/...        hidden tests, added by the test patch at grading
+    <repo>/tasks/<id>/tests/...        hidden tests: the repository's tests/ folder as the test patch leaves it
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
             stray = sorted(set(overlay) - set(clean))
             if stray:
                 raise ValueError(f"{task_dir}/base: {stray} are not files of {repo_dir.name}/repo")
-            hidden = read_tree(task_dir / "tests")
+            hidden = {f"tests/{path}": text for path, text in read_tree(task_dir / "tests").items()}
             base = {**clean, **overlay}
             test_patch = make_patch({p: base.get(p) for p in hidden} | {RUNNER_PATH: None}, hidden | {RUNNER_PATH: RUNNER})
             tests = sorted({p for p in hidden if Path(p).name.startswith("test_")} | set(visible_tests))
