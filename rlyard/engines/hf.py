@@ -1,18 +1,76 @@
 """A transformers engine: batched sampling with a KV cache, on CPU or one GPU.
 
-Three things make it fast without leaving plain PyTorch: each prompt is prefilled once and its
+Four things make it fast without leaving plain PyTorch: each prompt is prefilled once and its
 cache shared by its `n` completions; finished sequences leave the batch (their cache rows are
 dropped), so the batch shrinks instead of padding to the longest; logits are computed for the
-last position only. Logprobs are those of the temperature-scaled full distribution, which is
-what the learner recomputes, so the two agree to float precision.
+last position only; the KV cache lives in buffers sized for the whole reply, so a decode step
+writes one position in place instead of copying the whole cache (`torch.cat`) in every layer.
+Logprobs are those of the temperature-scaled full distribution, which is what the learner
+recomputes, so the two agree to float precision.
 """
 from __future__ import annotations
 
 import contextlib
 
 import torch
+from transformers.cache_utils import Cache, DynamicLayer
 
 from rlyard.types import Completion, SamplingParams
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer whose keys / values are views into buffers of `capacity` positions.
+
+    transformers' DynamicLayer appends with torch.cat, which copies the layer's whole cache at
+    every decode step (quadratic in the reply length; 8% of a 32-token decode on 2 cores). Here
+    a step writes its position in place and returns views of the filled part; attention never
+    sees the unfilled tail. The buffer grows (doubling) only if a caller outruns `capacity`.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        new = key_states.shape[-2]
+        if not self.is_initialized:
+            self.device, self.is_initialized = key_states.device, True
+            self._keys, self._values = self._alloc(key_states, self.capacity), self._alloc(value_states, self.capacity)
+        if self.length + new > self._keys.shape[-2]:
+            self._reserve(max(2 * self._keys.shape[-2], self.length + new))
+        self._keys[:, :, self.length : self.length + new] = key_states
+        self._values[:, :, self.length : self.length + new] = value_states
+        self.length += new
+        return self._views()
+
+    @staticmethod
+    def _alloc(like: torch.Tensor, capacity: int) -> torch.Tensor:
+        return like.new_empty((like.shape[0], like.shape[1], capacity, like.shape[3]))
+
+    def _reserve(self, capacity: int, keys: torch.Tensor | None = None, values: torch.Tensor | None = None) -> None:
+        """Move the filled part (or the given rows of it) into fresh buffers of `capacity` positions."""
+        keys = self._keys[:, :, : self.length] if keys is None else keys
+        values = self._values[:, :, : self.length] if values is None else values
+        self._keys, self._values = self._alloc(keys, capacity), self._alloc(values, capacity)
+        self._keys[:, :, : self.length], self._values[:, :, : self.length] = keys, values
+        self._views()
+
+    def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
+        return self.keys, self.values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        if self.is_initialized:
+            self.length = self.keys.shape[-2]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.length:
+            self._reserve(self._keys.shape[-2], self.keys.repeat_interleave(repeats, dim=0), self.values.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.length:
+            self._reserve(self._keys.shape[-2], self.keys[indices], self.values[indices])
 
 
 class HFEngine:
@@ -68,9 +126,11 @@ class HFEngine:
             input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
             attention[row, width - len(prompt) :] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
+        cache = Cache(layers=[PreallocatedLayer(width + params.max_new_tokens) for _ in range(layers)])
         out = self.model(
             input_ids=input_ids.to(device), attention_mask=attention.to(device),
-            position_ids=positions.to(device), use_cache=True, logits_to_keep=1,
+            position_ids=positions.to(device), cache=cache, use_cache=True, logits_to_keep=1,
         )
         cache = out.cache
         logits = out.logits[:, -1, :].float()
