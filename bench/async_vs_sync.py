@@ -1,21 +1,25 @@
 """Async against sync training on an environment with long-tail grading latency, same run.
 
-    python bench/async_vs_sync.py                     # tiny random llama, ~2-4 minutes on 2 CPUs
-    python bench/async_vs_sync.py --steps 30 --prompts 8 --n 8 --workers 16 --model embedded
+    python bench/async_vs_sync.py                     # arith + the embedded model with LoRA, ~10 min on 2 CPUs
+    python bench/async_vs_sync.py --task toy          # a tiny random llama on a toy task, ~3 min
+    python bench/async_vs_sync.py --steps 40 --workers 8 --delay-sigma 1.5
 
-The environment ("latency") is a toy task (reward 1 when the reply contains --target) graded by a
-service with lognormal latency (median --delay-median s, log-std --delay-sigma), like a remote
-sandbox or an LLM judge: a submitted reply is graded concurrently with the others, so the sync
-loop waits for the slowest grade of its batch (the long tail), not for the sum of them. A reply
-cut by the token cap is not submitted (reward 0, no grading).
+Every reply is graded by a service with lognormal latency (median --delay-median s, log-std
+--delay-sigma), like a remote sandbox or an LLM judge: a submitted reply is graded concurrently
+with the others, so the sync loop waits for the slowest grade of its batch (the long tail), not
+for the sum of them. A reply cut by the token cap is not submitted (reward 0, no grading).
+
+--task arith (the default): the quickstart's task and verifier, the embedded SmolLM2-135M with
+LoRA, 4 prompts x 8 samples of 16 tokens, lr 5e-4; after training both runs are evaluated on the
+same 100 held-out tasks (greedy, 32 tokens), so "no loss of reward" is checked on held-out
+accuracy as well as on the training reward. --task toy: reward 1 when the reply contains
+--target, a 2-layer random llama (hidden 64) whose end-of-turn logit is raised so that replies
+end by themselves after a few tokens, full fine-tuning at lr 1e-3 (fast, but a fragile learner).
 
 Both modes run the same model, seed and settings for the same number of steps, so they train on
 the same number of samples. Printed: trajectories/s and trained (sampled) tokens/s over the
-whole train() call, the reward of the first and last steps, and the async / sync ratios.
-
-The default model is a 2-layer random llama (hidden 64) whose end-of-turn logit is raised so
-that replies end by themselves after a few tokens, as an instruct model's do; `--model` takes
-"embedded", an HF id or a path instead.
+whole train() call (evaluation excluded), the reward of the first and last quarter of the steps,
+held-out accuracy, and the async / sync ratios.
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rlyard.config import load_config
+from rlyard.envs.arith import make_tasks as arith_tasks
+from rlyard.envs.arith import verify as arith_verify
 from rlyard.envs.base import Family, StepResult, register
 from rlyard.orchestrate.sync import train
 from rlyard.types import Reward, Task
@@ -46,16 +52,21 @@ class LatencyGrader:
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=512, thread_name_prefix="grader")
 
-    def submit(self, reply: str):
+    def submit(self, reply: str, verify=None):
         with self.lock:
             delay = self.median * math.exp(self.rng.gauss(0.0, self.sigma))
-        return self.pool.submit(self._grade, reply, delay)
+        return self.pool.submit(self._grade, reply, delay, verify or toy_verify)
 
     @staticmethod
-    def _grade(reply: str, delay: float) -> Reward:
+    def _grade(reply: str, delay: float, verify) -> Reward:
         time.sleep(delay)
-        hit = float(TARGET in reply)
-        return Reward(hit, {"hit": hit}, {"delay_s": delay})
+        verdict = verify(reply)
+        return Reward(verdict.value, dict(verdict.components), {"delay_s": delay})
+
+
+def toy_verify(reply: str) -> Reward:
+    hit = float(TARGET in reply)
+    return Reward(hit, {"hit": hit})
 
 
 GRADER: LatencyGrader | None = None
@@ -75,6 +86,22 @@ class LatencyEnv:
 
     def close(self) -> None:
         pass
+
+
+class LatencyArithEnv(LatencyEnv):
+    """arith's verifier behind the latency grader."""
+
+    def reset(self, task: Task):
+        self.task = task
+        return super().reset(task)
+
+    def step(self, reply: str) -> StepResult:
+        self.pending = GRADER.submit(reply, lambda text: arith_verify(text, self.task))
+        return StepResult(done=True, reason="submitted")
+
+
+register(Family("latency_arith", arith_tasks, LatencyArithEnv, verify=arith_verify, multi_turn=True,
+                description="bench: arith graded by a service with lognormal latency"))
 
 
 def latency_tasks(split: str, n: int, seed: int, **options) -> list[Task]:
@@ -114,17 +141,19 @@ def run_mode(mode: str, args, model: str, root: Path) -> dict:
     global GRADER
     GRADER = LatencyGrader(args.delay_median, args.delay_sigma, args.seed)  # the same delays, drawn in order
     run_dir = root / mode
+    task = TASKS[args.task]
     config = load_config(None, [
-        f"model.name={model}", "env.name=latency", "env.train_size=64", f"rollout.prompts_per_step={args.prompts}",
+        f"model.name={model}", f"env.name={task['env']}", f"env.train_size={task['train_size']}", f"rollout.prompts_per_step={args.prompts}",
         f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", f"agent.max_tokens_per_turn={args.max_new_tokens}",
         "agent.max_turns=1", "rollout.temperature=0.7", f"train.steps={args.steps}", f"train.seed={args.seed}",
-        f"train.threads={args.threads}", "eval.size=0", "output.progress=false", "output.plot=false", "output.checkpoint_every=0",
+        f"train.threads={args.threads}", f"eval.size={task['eval_size']}", "eval.at_start=false", f"eval.max_new_tokens={task['eval_tokens']}",
+        "output.progress=false", "output.plot=false", "output.checkpoint_every=0",
         f"algo.lr={args.lr}", f"model.lora.enabled={str(args.lora).lower()}", f"orchestrate.mode={mode}",
         f"orchestrate.workers={args.workers}", f"orchestrate.max_staleness={args.max_staleness}", "algo.decoupled=true", *args.set,
     ])
     started = time.perf_counter()
-    train(config, run_dir)
-    wall = time.perf_counter() - started
+    outcome = train(config, run_dir)
+    wall = outcome.train_seconds if args.task == "arith" else time.perf_counter() - started
     rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rewards = [m["reward/mean"] for m in metrics if "reward/mean" in m]
@@ -133,6 +162,7 @@ def run_mode(mode: str, args, model: str, root: Path) -> dict:
         "mode": mode, "wall_s": wall, "trajectories": len(rows), "trajectories_per_s": len(rows) / wall,
         "trained_tokens_per_s": sum(r["num_tokens"] for r in rows) / wall,
         "reward_first": statistics.fmean(rewards[:k]), "reward_last": statistics.fmean(rewards[-k:]),
+        "heldout_accuracy": outcome.final_accuracy,
     }
     if mode == "async":
         staleness = [m["rollout/staleness_mean"] for m in metrics if "rollout/staleness_mean" in m]
@@ -141,45 +171,58 @@ def run_mode(mode: str, args, model: str, root: Path) -> dict:
     return result
 
 
+TASKS = {  # per task: the environment and the defaults that differ
+    "arith": {"env": "latency_arith", "train_size": 20000, "eval_size": 100, "eval_tokens": 32, "model": "embedded", "lora": True,
+              "lr": 5e-4, "prompts": 4, "n": 8, "max_new_tokens": 16, "workers": 4, "delay_median": 1.0, "delay_sigma": 1.2, "steps": 20},
+    "toy": {"env": "latency", "train_size": 64, "eval_size": 0, "eval_tokens": 12, "model": None, "lora": False,
+            "lr": 1e-3, "prompts": 8, "n": 4, "max_new_tokens": 12, "workers": 12, "delay_median": 0.3, "delay_sigma": 1.0, "steps": 16},
+}
+
+
 def main() -> None:
     global TARGET
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="default: a tiny random llama built here")
-    parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--prompts", type=int, default=8, help="rollout.prompts_per_step")
-    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
-    parser.add_argument("--workers", type=int, default=12, help="async rollout threads")
+    parser.add_argument("--task", choices=sorted(TASKS), default="arith", help="arith (embedded model, LoRA) or toy (tiny random llama)")
+    parser.add_argument("--model", default=None, help="default: embedded for arith, a tiny random llama built here for toy")
+    parser.add_argument("--steps", type=int, help="default: 20 (arith), 16 (toy)")
+    parser.add_argument("--prompts", type=int, help="rollout.prompts_per_step; default 4 (arith), 8 (toy)")
+    parser.add_argument("--n", type=int, help="samples per prompt; default 8 (arith), 4 (toy)")
+    parser.add_argument("--max-new-tokens", type=int, help="default 16 (arith), 12 (toy)")
+    parser.add_argument("--workers", type=int, help="async rollout threads; default 4 (arith), 12 (toy)")
     parser.add_argument("--max-staleness", type=int, default=2)
-    parser.add_argument("--delay-median", type=float, default=0.3, help="grading latency median, seconds")
-    parser.add_argument("--delay-sigma", type=float, default=1.0, help="log-std of the grading latency (the tail)")
+    parser.add_argument("--delay-median", type=float, help="grading latency median, seconds; default 1.0 (arith), 0.3 (toy)")
+    parser.add_argument("--delay-sigma", type=float, help="log-std of the grading latency (the tail); default 1.2 (arith), 1.0 (toy)")
     parser.add_argument("--target", default="e", help="reward 1 when the reply contains this text")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--lora", action="store_true", help="LoRA instead of full fine-tuning")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--lr", type=float, help="default 5e-4 (arith), 1e-3 (toy)")
+    parser.add_argument("--lora", action=argparse.BooleanOptionalAction, help="LoRA (default for arith) or full fine-tuning (toy)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, for both modes")
     parser.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"], help="e.g. only one, to tune")
     parser.add_argument("--keep", type=Path, help="keep the two run folders (and the model) here")
     args = parser.parse_args()
+    for key, value in TASKS[args.task].items():
+        if hasattr(args, key) and getattr(args, key) is None:
+            setattr(args, key, value)
     TARGET = args.target
     with tempfile.TemporaryDirectory(prefix="rlyard-async-bench-") as tmp:
         root = args.keep or Path(tmp)
-        model = args.model or str(tiny_model_dir(root / "model", stop_logit=5.5))
+        model = args.model or str(tiny_model_dir(root / "model", stop_logit=5.5))  # only toy has no default model
         results = [run_mode(mode, args, model, root) for mode in args.modes]
     if args.modes != ["sync", "async"]:
         print(json.dumps(results, indent=2))
         return
     sync, async_ = results
-    print(f"\nmodel {args.model or 'tiny random llama'}; {args.steps} steps x {args.prompts} prompts x {args.n} samples; "
+    print(f"\ntask {args.task}, model {args.model or 'tiny random llama'}{' + LoRA' if args.lora else ''}; {args.steps} steps x {args.prompts} prompts x {args.n} samples; "
           f"grading latency lognormal(median {args.delay_median} s, sigma {args.delay_sigma}); async: {args.workers} workers, "
           f"max_staleness {args.max_staleness}, decoupled PPO")
-    print(f"| mode | wall s | trajectories/s | trained tokens/s | reward first {max(1, args.steps // 4)} steps | reward last |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"| mode | train s | trajectories/s | trained tokens/s | reward first {max(1, args.steps // 4)} steps | reward last | held-out accuracy |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
+        accuracy = "-" if r["heldout_accuracy"] is None else f"{r['heldout_accuracy']:.1%}"
         print(f"| {r['mode']} | {r['wall_s']:.1f} | {r['trajectories_per_s']:.2f} | {r['trained_tokens_per_s']:.1f} | "
-              f"{r['reward_first']:.3f} | {r['reward_last']:.3f} |")
+              f"{r['reward_first']:.3f} | {r['reward_last']:.3f} | {accuracy} |")
     ratio = async_["trajectories_per_s"] / sync["trajectories_per_s"]
     token_ratio = async_["trained_tokens_per_s"] / sync["trained_tokens_per_s"]
     print(f"async / sync: {ratio:.2f}x trajectories/s, {token_ratio:.2f}x trained tokens/s; "
