@@ -133,3 +133,19 @@ def test_an_overlong_first_prompt_loses_the_middle_of_the_task_text(tokenizer):
     content = trimmed[1]["content"]
     assert content.startswith("START of the task.") and content.endswith("END: the question.") and "characters cut" in content
     assert trim_prompt(renderer, messages, 10_000) == messages
+
+
+def test_a_groups_first_turn_is_one_prompt_with_n_samples(engine, tokenizer):
+    """n copies of one task share one prefill on turn 1; later turns (different prompts) go one by one."""
+    envs = [EchoEnv(turns=2) for _ in range(6)]
+    tasks = [task()] * 3 + [task("Hi.")] * 3
+    limits = AgentLimits(max_turns=2, max_tokens_per_turn=4, max_total_tokens=10_000)
+    forced = SamplingParams(temperature=1.0, max_new_tokens=4, stop_token_ids=tuple(range(len(tokenizer))), seed=0)
+    trajs = run_episodes(engine, tokenizer, envs, tasks, ["a"] * 3 + ["b"] * 3, forced, limits)
+    first, second = engine.calls
+    assert [len(group) for group in first] == [3, 3]  # two prompts, three samples each
+    assert [len(group) for group in second] == [1] * 6
+    for index, traj in enumerate(trajs):  # each episode got its own sample of its own prompt
+        prompt = TemplateRenderer(tokenizer, forced.stop_token_ids).prompt(tasks[index].prompt)
+        assert traj.token_ids[: len(prompt)] == prompt
+        assert traj.token_ids[len(prompt): len(prompt) + 1] == first[index // 3][index % 3].token_ids

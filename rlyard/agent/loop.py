@@ -118,10 +118,25 @@ def run_episodes(
     while active := [e for e in episodes if not e.finish_reason]:
         budget = max(limits.max_total_tokens - len(e.token_ids) for e in active)
         turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)))
-        completions = engine.generate([e.token_ids for e in active], turn_params, n=1)
-        for episode, [completion] in zip(active, completions):
+        for episode, completion in zip(active, generate_shared([e.token_ids for e in active], engine, turn_params)):
             advance(episode, completion, renderer, limits)
     return [finish(e, time.perf_counter() - started) for e in episodes]
+
+
+def generate_shared(prompts: list[list[int]], engine: Engine, params: SamplingParams) -> list:
+    """One completion per prompt. When the prompts come in equal runs of identical copies (a
+    group's first turn: n samples of one task), each run becomes one prompt with n samples, so
+    the engine prefills it once."""
+    runs = [1]
+    for previous, prompt in zip(prompts, prompts[1:]):
+        if prompt == previous:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    k = runs[0]
+    if k > 1 and all(r == k for r in runs):
+        return [c for group in engine.generate(prompts[::k], params, n=k) for c in group]
+    return [group[0] for group in engine.generate(prompts, params, n=1)]
 
 
 def advance(episode: Episode, completion, renderer: TemplateRenderer, limits: AgentLimits) -> None:
