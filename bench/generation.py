@@ -26,8 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-# See bench/vs_trl.py: spinning OpenMP threads collapse on a shared 2-core machine.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OMP_WAIT_POLICY: see bench/vs_trl.py (PASSIVE on a busy shared machine, unset when idle).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 
 
@@ -101,7 +100,7 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
-    print(f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'batch':>5} {'prompts':>8} {'transformers tok/s':>19} {'rlyard tok/s':>13} {'ratio':>6} "
           f"{'peak MB (hf / rlyard)':>22} {'+MB (hf / rlyard)':>18}")
     rows = []

@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/vs_trl.py
-import torch
+import torch  # OMP_WAIT_POLICY: see bench/vs_trl.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from rlyard.config import DEFAULT_LORA_TARGETS, AlgoConfig
@@ -124,7 +123,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"threads {torch.get_num_threads()}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load average "
+    print(f"threads {torch.get_num_threads()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
     peak, per_size = matmul_peak()

@@ -37,10 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# Idle OpenMP threads sleep instead of spinning. On 2 cores shared with other processes, spinning
-# threads made a small matmul up to 50x slower (a barrier waits for a descheduled thread). Set
-# before torch loads its OpenMP runtime; export OMP_WAIT_POLICY=ACTIVE to measure the other way.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OMP_WAIT_POLICY is left as the caller set it. Idle, the default (spinning) OpenMP threads are
+# fastest (PASSIVE cost ~25% of decode throughput on 2 idle cores); on 2 cores shared with busy
+# processes, spinning collapses (a small matmul ran 50x slower) and OMP_WAIT_POLICY=PASSIVE helps.
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
@@ -237,7 +236,7 @@ def machine() -> dict:
                   if line.startswith("Model name")), platform.processor())
     import transformers
 
-    info = {"cpu": model, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+    info = {"cpu": model, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
             "load_average_at_start": os.getloadavg(), "torch": torch.__version__, "transformers": transformers.__version__}
     try:
         import trl
