@@ -7,22 +7,20 @@ every sample of a group uses the same tools and a resumed run draws the same arm
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from rlyard.agent.guard import Guard
-from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
+from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
-from rlyard.envs.base import StepResult
+from rlyard.envs.base import ToolEnv
 from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
 from rlyard.envs.code.verify import grade
 from rlyard.sandbox import Limits, Sandbox
 from rlyard.types import Message, Reward, Task
 
 LIMITS = Limits(wall_s=120, cpu_s=120, memory_bytes=1 << 30, output_bytes=256 << 10, fsize_bytes=32 << 20)
-SUBMIT_COMMAND = re.compile(r"submit(\s|$)")  # bash_block's way to submit
 SYSTEM = """You are a software engineer working in a git repository (your current directory).
 Resolve the issue below by editing the code. The project's tests will be run after you finish, \
 with extra hidden tests for the issue; do not edit the tests. Work with the tools; when the fix \
@@ -55,7 +53,7 @@ def build_workspace(source: dict, dest: Path) -> None:
         copy_workdir(Path(source["workdir"]), dest, source.get("base_commit"))
 
 
-class CodeEnv:
+class CodeEnv(ToolEnv):
     def __init__(self, isolation: str = "auto"):
         self.isolation = isolation
         self.workspace: Path | None = None
@@ -84,23 +82,6 @@ class CodeEnv:
                                    if f.is_file() and ".git" not in f.relative_to(self.workspace).parts))
         issue = f"<issue>\n{p['problem_statement']}\n</issue>\n\nFiles in the repository:\n{listing}"
         return [{"role": "system", "content": system}, {"role": "user", "content": issue}]
-
-    def step(self, reply: str) -> StepResult:
-        parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
-        if not parsed.calls and not parsed.errors:
-            return StepResult(done=True, reason="no_tool_call")
-        self.malformed += len(parsed.errors)
-        outputs = [format_tool_error(parsed.errors)] if parsed.errors else []
-        for call in parsed.calls:
-            self.calls += 1
-            command = str(call.arguments.get("command", "")).strip() if call.name == "bash" else ""
-            if call.name == "submit" or SUBMIT_COMMAND.match(command):
-                self.submitted = str(call.arguments.get("answer", command[len("submit"):].strip()))
-                return StepResult(done=True, reason="submitted")
-            refusal = self.guard.check(call.name, call.arguments) if self.guard else None
-            content = refusal or self.toolbox.call(call.name, call.arguments).content
-            outputs.append(f"[{call.name}]\n{content}")
-        return StepResult(messages=[{"role": "tool", "content": "\n\n".join(outputs)}], done=False)
 
     def score(self) -> Reward:
         p = self.task.payload

@@ -12,9 +12,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
+from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
-from rlyard.envs.base import StepResult
+from rlyard.envs.base import ToolEnv
 from rlyard.envs.files.verify import verify
 from rlyard.sandbox import Limits, Sandbox
 from rlyard.types import Message, Reward, Task
@@ -23,7 +23,7 @@ TOOLS = ("bash", "grep", "read_file", "glob", "submit")
 LIMITS = Limits(wall_s=10, cpu_s=10, memory_bytes=512 << 20, output_bytes=64 << 10)
 
 
-class FilesEnv:
+class FilesEnv(ToolEnv):
     def __init__(self, isolation: str = "auto"):
         self.isolation = isolation
         self.workspace: Path | None = None
@@ -46,25 +46,6 @@ class FilesEnv:
         if self.format == "bash_block":
             system += "\n\nWhen you know the answer, send the command: submit <answer>"
         return [{"role": "system", "content": system}, *task.prompt]
-
-    def step(self, reply: str) -> StepResult:
-        parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
-        if not parsed.calls and not parsed.errors:
-            return StepResult(done=True, reason="no_tool_call")
-        self.malformed += len(parsed.errors)
-        outputs = [format_tool_error(parsed.errors)] if parsed.errors else []
-        for call in parsed.calls:
-            self.calls += 1
-            command = str(call.arguments.get("command", "")).strip() if call.name == "bash" else ""
-            if command.startswith("submit "):  # bash_block's way to submit
-                self.submitted = command.removeprefix("submit ").strip()
-                return StepResult(done=True, reason="submitted")
-            result = self.toolbox.call(call.name, call.arguments)
-            if result.submitted is not None:
-                self.submitted = result.submitted
-                return StepResult(done=True, reason="submitted")
-            outputs.append(f"[{call.name}]\n{result.content}")
-        return StepResult(messages=[{"role": "tool", "content": "\n\n".join(outputs)}], done=False)
 
     def score(self) -> Reward:
         base = verify(self.submitted or "", self.task)
