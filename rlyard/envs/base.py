@@ -7,6 +7,7 @@ the first reply; multi-turn families keep returning tool messages until `done`.
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -72,6 +73,12 @@ class ToolEnv:
     guard = None  # rlyard.agent.guard.Guard
     submitted: str | None = None
     calls = malformed = 0
+    workspace = None  # a Path the episode owns; removed by close()
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
 
     def step(self, reply: str) -> StepResult:
         from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls

@@ -7,7 +7,6 @@ every sample of a group uses the same tools and a resumed run draws the same arm
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -91,10 +90,6 @@ class CodeEnv(ToolEnv):
                  f"arm_{self.arm}": 1.0}
         return Reward(verdict.value, {**verdict.components, **extra}, {**verdict.info, "arm": self.arm}, verdict.infra_error)
 
-    def close(self) -> None:
-        if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            self.workspace = None
 
 
 def make_env() -> CodeEnv:

@@ -8,7 +8,6 @@ readable error and counted.
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -52,10 +51,6 @@ class FilesEnv(ToolEnv):
         return Reward(base.value, {**base.components, "submitted": float(self.submitted is not None),
                                    "malformed_calls": float(self.malformed), "tool_calls": float(self.calls)}, base.info)
 
-    def close(self) -> None:
-        if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            self.workspace = None
 
 
 def make_env() -> FilesEnv:
