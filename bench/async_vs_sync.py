@@ -1,8 +1,8 @@
 """Async against sync training on an environment with long-tail grading latency, same run.
 
-    python bench/async_vs_sync.py                     # arith + the embedded model with LoRA, ~10 min on 2 CPUs
+    python bench/async_vs_sync.py                     # arith + the embedded model with LoRA, ~15 min on 2 CPUs
     python bench/async_vs_sync.py --task toy          # a tiny random llama on a toy task, ~3 min
-    python bench/async_vs_sync.py --steps 40 --workers 8 --delay-sigma 1.5
+    python bench/async_vs_sync.py --steps 40 --workers 12 --delay-sigma 1.5
 
 Every reply is graded by a service with lognormal latency (median --delay-median s, log-std
 --delay-sigma), like a remote sandbox or an LLM judge: a submitted reply is graded concurrently
@@ -149,7 +149,8 @@ def run_mode(mode: str, args, model: str, root: Path) -> dict:
         f"train.threads={args.threads}", f"eval.size={task['eval_size']}", "eval.at_start=false", f"eval.max_new_tokens={task['eval_tokens']}",
         "output.progress=false", "output.plot=false", "output.checkpoint_every=0",
         f"algo.lr={args.lr}", f"model.lora.enabled={str(args.lora).lower()}", f"orchestrate.mode={mode}",
-        f"orchestrate.workers={args.workers}", f"orchestrate.max_staleness={args.max_staleness}", "algo.decoupled=true", *args.set,
+        f"orchestrate.workers={args.workers}", f"orchestrate.max_staleness={args.max_staleness}",
+        f"orchestrate.staleness_policy={args.policy}", "algo.decoupled=true", *args.set,
     ])
     started = time.perf_counter()
     outcome = train(config, run_dir)
@@ -173,9 +174,11 @@ def run_mode(mode: str, args, model: str, root: Path) -> dict:
 
 TASKS = {  # per task: the environment and the defaults that differ
     "arith": {"env": "latency_arith", "train_size": 20000, "eval_size": 100, "eval_tokens": 32, "model": "embedded", "lora": True,
-              "lr": 5e-4, "prompts": 4, "n": 8, "max_new_tokens": 16, "workers": 4, "delay_median": 1.0, "delay_sigma": 1.2, "steps": 20},
+              "lr": 5e-4, "prompts": 4, "n": 8, "max_new_tokens": 16, "workers": 8, "delay_median": 1.0, "delay_sigma": 1.2, "steps": 20,
+              "threads": 1, "max_staleness": 1, "policy": "wait"},
     "toy": {"env": "latency", "train_size": 64, "eval_size": 0, "eval_tokens": 12, "model": None, "lora": False,
-            "lr": 1e-3, "prompts": 8, "n": 4, "max_new_tokens": 12, "workers": 12, "delay_median": 0.3, "delay_sigma": 1.0, "steps": 16},
+            "lr": 1e-3, "prompts": 8, "n": 4, "max_new_tokens": 12, "workers": 12, "delay_median": 0.3, "delay_sigma": 1.0, "steps": 16,
+            "threads": 1, "max_staleness": 2, "policy": "drop"},
 }
 
 
@@ -188,14 +191,15 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, help="rollout.prompts_per_step; default 4 (arith), 8 (toy)")
     parser.add_argument("--n", type=int, help="samples per prompt; default 8 (arith), 4 (toy)")
     parser.add_argument("--max-new-tokens", type=int, help="default 16 (arith), 12 (toy)")
-    parser.add_argument("--workers", type=int, help="async rollout threads; default 4 (arith), 12 (toy)")
-    parser.add_argument("--max-staleness", type=int, default=2)
+    parser.add_argument("--workers", type=int, help="async rollout threads; default 8 (arith), 12 (toy)")
+    parser.add_argument("--max-staleness", type=int, help="default 1 (arith), 2 (toy)")
+    parser.add_argument("--policy", choices=["drop", "wait"], help="orchestrate.staleness_policy; default wait (arith), drop (toy)")
     parser.add_argument("--delay-median", type=float, help="grading latency median, seconds; default 1.0 (arith), 0.3 (toy)")
     parser.add_argument("--delay-sigma", type=float, help="log-std of the grading latency (the tail); default 1.2 (arith), 1.0 (toy)")
     parser.add_argument("--target", default="e", help="reward 1 when the reply contains this text")
     parser.add_argument("--lr", type=float, help="default 5e-4 (arith), 1e-3 (toy)")
     parser.add_argument("--lora", action=argparse.BooleanOptionalAction, help="LoRA (default for arith) or full fine-tuning (toy)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--threads", type=int, help="torch threads, both modes; default 1 (several rollout threads share 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, for both modes")
@@ -216,7 +220,7 @@ def main() -> None:
     sync, async_ = results
     print(f"\ntask {args.task}, model {args.model or 'tiny random llama'}{' + LoRA' if args.lora else ''}; {args.steps} steps x {args.prompts} prompts x {args.n} samples; "
           f"grading latency lognormal(median {args.delay_median} s, sigma {args.delay_sigma}); async: {args.workers} workers, "
-          f"max_staleness {args.max_staleness}, decoupled PPO")
+          f"max_staleness {args.max_staleness} ({args.policy}), {args.threads} torch thread(s), decoupled PPO")
     print(f"| mode | train s | trajectories/s | trained tokens/s | reward first {max(1, args.steps // 4)} steps | reward last | held-out accuracy |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
