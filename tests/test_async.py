@@ -9,7 +9,6 @@ import json
 import os
 import random
 import signal
-import statistics
 import threading
 import time
 from collections import defaultdict

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Protocol
 
 from rlyard.types import Message, Reward, Task
@@ -74,6 +76,14 @@ class ToolEnv:
     submitted: str | None = None
     calls = malformed = 0
     workspace = None  # a Path the episode owns; removed by close()
+    task = None
+
+    def begin(self, task: Task, prefix: str) -> Path:
+        """A new episode: the previous workspace removed, counters cleared, a fresh empty workspace."""
+        self.close()
+        self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
+        self.workspace = Path(tempfile.mkdtemp(prefix=prefix))
+        return self.workspace
 
     def close(self) -> None:
         if self.workspace is not None:

@@ -38,10 +38,6 @@ class Group:
         versions = [v for t in self.trajectories for v, m in zip(t.policy_versions, t.loss_mask) if m]
         return min(versions) if versions else self.ticket.version
 
-    @property
-    def sampled_tokens(self) -> int:
-        return sum(t.num_sampled_tokens for t in self.trajectories)
-
 
 class TaskSource:
     """Thread-safe tickets: re-queued tasks first, then the run's task stream."""

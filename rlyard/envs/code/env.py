@@ -7,7 +7,6 @@ every sample of a group uses the same tools and a resumed run draws the same arm
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from pathlib import Path
 
 from rlyard.agent.guard import Guard
@@ -55,18 +54,11 @@ def build_workspace(source: dict, dest: Path) -> None:
 class CodeEnv(ToolEnv):
     def __init__(self, isolation: str = "auto"):
         self.isolation = isolation
-        self.workspace: Path | None = None
-        self.task: Task | None = None
         self.arm = ""
-        self.submitted: str | None = None
-        self.malformed = self.calls = 0
 
     def reset(self, task: Task) -> list[Message]:
-        self.close()
         p = task.payload
-        self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
-        self.workspace = Path(tempfile.mkdtemp(prefix="rlyard-code-"))
-        build_workspace(p["source"], self.workspace)
+        build_workspace(p["source"], self.begin(task, "rlyard-code-"))
         self.arm = choose_arm(p, str(task.metadata.get("round", "")), task.id)
         self.format = p["tool_format"]
         self.sandbox = Sandbox(self.workspace, LIMITS, self.isolation)
@@ -89,7 +81,6 @@ class CodeEnv(ToolEnv):
                  "malformed_calls": float(self.malformed), "guard_blocks": float(self.guard.blocks if self.guard else 0),
                  f"arm_{self.arm}": 1.0}
         return Reward(verdict.value, {**verdict.components, **extra}, {**verdict.info, "arm": self.arm}, verdict.infra_error)
-
 
 
 def make_env() -> CodeEnv:

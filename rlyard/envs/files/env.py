@@ -8,8 +8,6 @@ readable error and counted.
 """
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 
 from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
@@ -25,15 +23,9 @@ LIMITS = Limits(wall_s=10, cpu_s=10, memory_bytes=512 << 20, output_bytes=64 << 
 class FilesEnv(ToolEnv):
     def __init__(self, isolation: str = "auto"):
         self.isolation = isolation
-        self.workspace: Path | None = None
-        self.task: Task | None = None
-        self.toolbox: ToolBox | None = None
-        self.submitted: str | None = None
-        self.malformed = self.calls = 0
 
     def reset(self, task: Task) -> list[Message]:
-        self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
-        self.workspace = Path(tempfile.mkdtemp(prefix="rlyard-files-"))
+        self.begin(task, "rlyard-files-")
         for relative, content in task.payload["files"].items():
             path = self.workspace / relative
             path.parent.mkdir(parents=True, exist_ok=True)
