@@ -79,9 +79,13 @@ def test_decoupled_loss_through_the_learner_equals_a_hand_computation(tiny_model
     assert metrics["loss/policy"] == pytest.approx(sum(losses) / 4, abs=1e-5)
 
 
-def test_decoupled_needs_the_proximal_logprobs(tiny_model):
-    learner = Learner(tiny_model, AlgoConfig(decoupled=True), 1.0, micro_batch_size=8)
+def test_decoupled_needs_the_proximal_logprobs_only_for_several_updates(tiny_model):
+    """One update per batch: pi_prox is the policy being updated. Two epochs: it must be scored first."""
     traj = Trajectory("t", "g", [1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], [-1, 0, 0], reward=1.0)
+    single = Learner(tiny_model, AlgoConfig(decoupled=True), 1.0, micro_batch_size=8)
+    assert single.score([traj]).old_logprobs is None
+    assert math.isfinite(single.train_step([traj], [1.0])["loss/policy"])
+    learner = Learner(tiny_model, AlgoConfig(decoupled=True, ppo_epochs=2), 1.0, micro_batch_size=8)
     with pytest.raises(ValueError, match="algo.decoupled"):
         learner.train_step([traj], [1.0])
 

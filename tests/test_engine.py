@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rlyard.engines import HFEngine
+from rlyard.engines.hf import common_prefix_length
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.train.logprobs import continuation_logprobs
 from rlyard.types import SamplingParams
@@ -214,3 +215,31 @@ def test_sample_top_k_and_top_p_restrict_draws_but_not_the_logprob():
     chosen, logprobs = sample(logits[:8], SamplingParams(temperature=2.0), g)
     half = [math.exp(v / 2) for v in (3.0, 2.0, 1.0, 0.0, -1.0)]
     assert logprobs.tolist() == pytest.approx([math.log(half[c] / sum(half)) for c in chosen.tolist()], abs=1e-6)
+
+
+@pytest.fixture
+def chat_prompts(tokenizer) -> list[list[int]]:
+    """Distinct chat prompts of different lengths that share the template's system-prompt prefix."""
+    texts = ["What is 37+45?", "Hi", "Name three prime numbers greater than ten, please."]
+    return [render_prompt(tokenizer, [{"role": "user", "content": t}]) for t in texts]
+
+
+def test_common_prefix_length():
+    assert common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert common_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # each prompt keeps its last token to prefill
+    assert common_prefix_length([[7, 1], [8, 1]]) == 0
+    assert common_prefix_length([[1, 2, 3]]) == 0  # one prompt: nothing to share
+
+
+def test_shared_prefix_prefill_is_exact(engine, tiny_model, chat_prompts):
+    """The common system prefix is prefilled once and the rest left-padded after it: the same
+    greedy tokens as a cache-free reference, and sampled logprobs equal to the learner's."""
+    assert common_prefix_length(chat_prompts) > 10
+    greedy = engine.generate(chat_prompts, SamplingParams(temperature=0.0, max_new_tokens=5), n=2)
+    for prompt, group in zip(chat_prompts, greedy):
+        expected_tokens, expected_logprobs = greedy_reference(tiny_model, prompt, 5)
+        for completion in group:
+            assert completion.token_ids == expected_tokens
+            assert completion.logprobs == pytest.approx(expected_logprobs, abs=TOL)
+    sampled = engine.generate(chat_prompts, SamplingParams(temperature=0.9, max_new_tokens=6, seed=11), n=3)
+    check_logprobs_match(tiny_model, chat_prompts, sampled, 0.9)

@@ -365,8 +365,18 @@ def test_tis_weights_the_loss_against_the_engine_logprobs(tiny_model, samples):
     assert metrics["train/tis_weight_mean"] == pytest.approx(statistics.fmean(weights), rel=1e-5)
     assert metrics["train/logprob_mismatch"] == pytest.approx(statistics.fmean(gaps), rel=1e-4)
     assert metrics["loss/clip_fraction"] == 0.0
+    # One update per batch: pi_old is the update's own forward, so no scoring pass is needed.
+    unscored = Learner(copy.deepcopy(reference), algo, T, micro_batch_size=8)
+    unscored.model.zero_grad()
+    unscored_metrics = unscored.train_step(batch, advantages)
+    assert max_rel_diff(grads_of(unscored.model), grads_of(reference)) < 1e-4
+    assert unscored_metrics["train/tis_weight_mean"] == pytest.approx(metrics["train/tis_weight_mean"], rel=1e-5)
+    assert learner.score(batch).old_logprobs is None
+    # Several updates per batch: pi_old must be recorded before the first one.
+    two_epochs = Learner(copy.deepcopy(reference), algo.model_copy(update={"ppo_epochs": 2}), T, micro_batch_size=8)
+    assert two_epochs.score(batch).old_logprobs is not None
     with pytest.raises(ValueError, match="tis_cap"):
-        learner.train_step(batch, advantages)  # TIS without the trainer's old logprobs
+        two_epochs.train_step(batch, advantages)  # TIS without the trainer's old logprobs
 
 
 def test_overlong_filter_drops_truncated_replies_from_loss_and_normaliser(tiny_model, samples):

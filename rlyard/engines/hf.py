@@ -6,7 +6,9 @@ dropped), so the batch shrinks instead of padding to the longest; logits are com
 last position only; the KV cache lives in buffers sized for the whole reply, so a decode step
 writes one position in place instead of copying the whole cache (`torch.cat`) in every layer.
 Logprobs are those of the temperature-scaled full distribution, which is what the learner
-recomputes, so the two agree to float precision.
+recomputes, so the two agree to float precision. With `quantize="int8"` the linear layers run
+as int8 kernels (`engines/quant.py`): about twice the decode speed on a CPU, at the price of a
+small logprob gap that the learner's TIS weight corrects.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import contextlib
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from rlyard.engines.quant import QUANTIZE_MODES, wrap_linears
 from rlyard.types import Completion, SamplingParams
 
 
@@ -74,14 +77,20 @@ class PreallocatedLayer(DynamicLayer):
 
 
 class HFEngine:
-    def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None):
+    def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None, quantize: str = "none"):
+        """`quantize="int8"` converts `model`'s linear layers in place: pass the engine's own copy."""
+        if quantize not in QUANTIZE_MODES:
+            raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
         self.model = model  # its own copy (LoRA: merged weights pushed each step) or the learner's
         self.pad_token_id = pad_token_id
         self.autocast_dtype = autocast_dtype
+        self.quantize = quantize
+        self.int8_layers = wrap_linears(model) if quantize == "int8" else []
         self.policy_version = 0
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
-        """Copy `state_dict` (any subset of the weights) into the engine's model, in place."""
+        """Copy `state_dict` (any subset of the weights) into the engine's model, in place; int8
+        layers are re-quantized from the pushed float weights."""
         if state_dict:
             params = dict(self.model.named_parameters(remove_duplicate=False))  # tied weights keep both names
             unknown = [name for name in state_dict if name not in params]
@@ -90,6 +99,10 @@ class HFEngine:
             with torch.no_grad():
                 for name, tensor in state_dict.items():
                     params[name].copy_(tensor)
+            changed = {id(params[name]) for name in state_dict}
+            for layer in self.int8_layers:
+                if id(layer.weight) in changed:
+                    layer.requantize()
         self.policy_version = version
 
     def _autocast(self):
@@ -109,6 +122,10 @@ class HFEngine:
         try:
             with self._autocast():
                 flat = self._generate(prompts, params, n)
+            if self.int8_layers and self.int8_layers[0].packed is None and bool(self.int8_layers[0].input_absmax.any()):
+                # that batch ran in fp32 and measured the smoothing scales
+                for layer in self.int8_layers:
+                    layer.quantize()
         finally:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -118,16 +135,22 @@ class HFEngine:
         generator = torch.Generator(device="cpu")
         generator.manual_seed(params.seed if params.seed is not None else torch.seed() % (2**63))
 
-        # Prefill each distinct prompt once, left-padded, then share its cache with n samples.
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention[row, width - len(prompt) :] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        # The prompts' common prefix (a system prompt, shared instructions) is prefilled once; then
+        # each distinct prompt's rest, left-padded after it; then n samples share each prompt's cache.
+        shared = common_prefix_length(prompts)
+        width = max(len(p) for p in prompts) - shared
         layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
-        cache = Cache(layers=[PreallocatedLayer(width + params.max_new_tokens) for _ in range(layers)])
+        cache = Cache(layers=[PreallocatedLayer(shared + width + params.max_new_tokens) for _ in range(layers)])
+        if shared:
+            self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), cache=cache, use_cache=True, logits_to_keep=1)
+            cache.batch_repeat_interleave(len(prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+        attention[:, :shared] = 1
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) + shared :] = torch.tensor(prompt[shared:])
+            attention[row, shared + width - len(prompt) + shared :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
         out = self.model(
             input_ids=input_ids.to(device), attention_mask=attention.to(device),
             position_ids=positions.to(device), cache=cache, use_cache=True, logits_to_keep=1,
@@ -176,6 +199,16 @@ class HFEngine:
             Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i], policy_version=self.policy_version)
             for i in range(total)
         ]
+
+
+def common_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens that every prompt starts with, leaving each prompt at least its last token to prefill."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    length = 0
+    while length < limit and all(p[length] == first[length] for p in prompts):
+        length += 1
+    return length if len(prompts) > 1 else 0
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

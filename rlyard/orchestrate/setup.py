@@ -62,7 +62,7 @@ def build(config: RunConfig, train: bool = True, model=None) -> Components:
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
     learner = Learner(model, config.algo, config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens) if train else None
-    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id)
+    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
 
 
@@ -70,10 +70,10 @@ def engine_model_for(model, config: RunConfig):
     """LoRA: a plain copy that receives merged weights (no adapter overhead while sampling).
 
     Full fine-tuning shares the learner's model in sync mode: its weights are the policy already.
-    In async mode rollout threads sample while the learner steps, so the engine gets its own copy
-    and receives every weight with each update.
+    In async mode rollout threads sample while the learner steps, and int8 rollouts swap the
+    engine's linear layers, so the engine gets its own copy and receives every weight with each update.
     """
-    if not is_peft(model) and config.orchestrate.mode == "sync":
+    if not is_peft(model) and config.orchestrate.mode == "sync" and config.rollout.quantize == "none":
         return model
     engine_model = copy.deepcopy(model) if not is_peft(model) else load_model(config.model.name, config.model.dtype, config.model.device)
     engine_model.requires_grad_(False)

@@ -27,7 +27,7 @@ from rlyard.types import Trajectory
 
 # Per-token sums a micro-batch reports; train_step divides them by the token count.
 STATS = ("policy", "kl", "entropy", "clipped", "ratio", "tokens", "tis_weight", "tis_capped", "behaviour_weight", "behaviour_masked",
-         "value_loss", "value_clipped", "value")
+         "value_loss", "value_clipped", "value", "mismatch", "mismatch_max")
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,6 @@ class TokenScores:
 def sampled_behaviour_logprobs(traj: Trajectory) -> torch.Tensor:
     """(L_i,) the engine's logprobs of the sampled (loss_mask == 1) tokens."""
     return torch.tensor([lp for lp, m in zip(traj.behaviour_logprobs, traj.loss_mask) if m], dtype=torch.float32)
-
-
-def mismatch_metrics(batch: list[Trajectory], scores: TokenScores | None) -> dict[str, float]:
-    """How far the engine's logprobs are from the trainer's recompute of the same tokens (what TIS corrects)."""
-    if scores is None or scores.old_logprobs is None:
-        return {}
-    diffs = [(scores.old_logprobs[i].cpu() - sampled_behaviour_logprobs(t)).abs() for i, t in enumerate(batch) if t.num_sampled_tokens]
-    if not diffs:
-        return {}
-    flat = torch.cat(diffs)
-    return {"train/logprob_mismatch": float(flat.mean()), "train/logprob_mismatch_max": float(flat.max())}
 
 
 @dataclass
@@ -122,11 +111,11 @@ class Learner:
                     loss, stats = self._micro_loss(batch, micro, advantages_T, weight, scores, returns)
                     loss.backward()
                     for key, value in stats.items():
-                        sums[key] += value
+                        sums[key] = max(sums[key], value) if key == "mismatch_max" else sums[key] + value
                     trained_tokens += len(micro.prefix) + sum(len(c) for c in micro.continuations)
                 grad_norms.append(self._step())
         elapsed = time.perf_counter() - started
-        metrics = self._metrics(sums, grad_norms) | mismatch_metrics(batch, scores)
+        metrics = self._metrics(sums, grad_norms)
         return metrics | {
             "train/skipped_sequences": skipped / (len(batch) * algo.ppo_epochs),
             "time/train": elapsed, "time/train_tokens_per_s": trained_tokens / elapsed if elapsed > 0 else 0.0,
@@ -143,7 +132,7 @@ class Learner:
         """The no-grad pass before advantages, doing only what the algorithm needs: the trainer's old
         logprobs (TIS, decoupled PPO; GAE's pass gives them for free), the reference's (KL in the reward), V(s_t) (GAE)."""
         algo, critic = self.algo, self.critic
-        want_old = algo.tis_cap is not None or algo.decoupled or critic is not None
+        want_old = ((algo.tis_cap is not None or algo.decoupled) and not self.single_update) or critic is not None
         want_ref = algo.kl_in_reward and algo.kl_coef > 0
         empty = [torch.zeros(0) for _ in batch]
         old, ref, values = list(empty), list(empty), list(empty)
@@ -166,8 +155,15 @@ class Learner:
                 self.model.train(was_training)
         return TokenScores(old if want_old else None, ref if want_ref else None, values if critic is not None else None)
 
+    @property
+    def single_update(self) -> bool:
+        """One optimizer step per batch: the trainer's old logprobs are those of the update's own
+        forward pass (detached), so `score` need not compute them (TRL does the same)."""
+        return self.algo.ppo_epochs == 1 and self.algo.minibatches == 1
+
     def _check_inputs(self, scores: TokenScores | None, returns) -> None:
-        if (self.algo.tis_cap is not None or self.algo.decoupled) and (scores is None or scores.old_logprobs is None):
+        needs_old = (self.algo.tis_cap is not None or self.algo.decoupled) and not self.single_update
+        if needs_old and (scores is None or scores.old_logprobs is None):
             raise ValueError("algo.tis_cap and algo.decoupled need the trainer's old logprobs: pass scores=learner.score(batch)")
         if self.critic is not None and (scores is None or scores.values is None or returns is None):
             raise ValueError("advantage gae trains a critic: pass scores=learner.score(batch) and the GAE returns")
@@ -231,7 +227,12 @@ class Learner:
         # With TIS or decoupled PPO the ratio is centred on the trainer's own old logprobs (pi_prox);
         # the engine's (pi_behav, possibly several versions old) enter only through the weight.
         off_policy = algo.tis_cap is not None or algo.decoupled
-        old_T = trainer_old_T.to(device) if off_policy else behaviour_T
+        # Without a no-grad pass (a single update per batch), pi_old is the policy being updated.
+        trainer_old_T = (logprobs_T.detach() if trainer_old_T is None else trainer_old_T).to(device)
+        old_T = trainer_old_T if off_policy else behaviour_T
+        gap_T = (trainer_old_T - behaviour_T).abs()  # engine vs trainer: what TIS corrects
+        stats["mismatch"] += float(gap_T.sum())
+        stats["mismatch_max"] = max(stats["mismatch_max"], float(gap_T.max()) if len(gap_T) else 0.0)
         if algo.decoupled:
             policy_T, clipped_T = decoupled_ppo(logprobs_T, old_T, behaviour_T, advantages_T.to(device), algo.eps_low, algo.eps_high,
                                                 algo.behaviour_weight_cap)
@@ -271,6 +272,7 @@ class Learner:
             "loss/entropy": sums["entropy"] / tokens, "loss/clip_fraction": sums["clipped"] / tokens,
             "loss/ratio_mean": sums["ratio"] / tokens, "loss/grad_norm": sum(grad_norms) / len(grad_norms),
         }
+        metrics |= {"train/logprob_mismatch": sums["mismatch"] / tokens, "train/logprob_mismatch_max": sums["mismatch_max"]}
         if self.algo.tis_cap is not None:
             metrics |= {"train/tis_weight_mean": sums["tis_weight"] / tokens, "train/tis_capped_fraction": sums["tis_capped"] / tokens}
         if self.algo.decoupled:
