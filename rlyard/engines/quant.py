@@ -77,9 +77,11 @@ class Int8Linear(torch.nn.Module):
             activation = self.input_absmax.clamp(min=1e-5)
             weight_max = self.weight.detach().float().abs().amax(dim=0).clamp(min=1e-5)
             self.smooth = (activation**SMOOTHING_ALPHA / weight_max ** (1 - SMOOTHING_ALPHA)).clamp(min=1e-5)
-        if self.packed is None:
-            self.packed = _int8_linear_class()(self.in_features, self.out_features, bias_=False, dtype=torch.qint8)
-        self.packed.set_weight_bias(quantize_weight(self.weight.detach().float() * self.smooth), None)
+        with warnings.catch_warnings():  # quantized tensors are deprecated, still supported (torch 2.13)
+            warnings.simplefilter("ignore")
+            if self.packed is None:
+                self.packed = _int8_linear_class()(self.in_features, self.out_features, bias_=False, dtype=torch.qint8)
+            self.packed.set_weight_bias(quantize_weight(self.weight.detach().float() * self.smooth), None)
 
     def requantize(self) -> None:
         """Re-pack after the float weight changed (no-op while still calibrating)."""

@@ -1,0 +1,108 @@
+"""int8 rollouts (rollout.quantize=int8): calibration, the logprob gap, re-quantization on push, config.
+
+The engine's first batch runs in fp32 and measures the smoothing scales; later decode steps run
+on fbgemm int8 kernels. Their logprobs differ a little from the fp32 trainer's, which is what
+the learner's TIS weight corrects; each weight push must re-quantize what it changed.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from rlyard.config import ConfigError, load_config
+from rlyard.engines import HFEngine
+from rlyard.engines.quant import Int8Linear
+from rlyard.orchestrate.rollout import render_prompt
+from rlyard.orchestrate.sync import train
+from rlyard.train.logprobs import continuation_logprobs
+from rlyard.types import SamplingParams
+from tests.test_zoo_train import QUICKSTART, read_jsonl, tiny_overrides
+
+
+@pytest.fixture
+def chat_prompts(tokenizer) -> list[list[int]]:
+    return [render_prompt(tokenizer, [{"role": "user", "content": t}]) for t in ("What is 12+30?", "Hello", "Count to five.")]
+
+
+def logprob_gap(model, prompts, groups, temperature) -> torch.Tensor:
+    """|engine logprob - fp32 recompute| of every sampled token."""
+    gaps = []
+    with torch.no_grad():
+        for prompt, group in zip(prompts, groups):
+            tokens = [c.token_ids for c in group]
+            exact = continuation_logprobs(model, prompt, tokens, [[1] * len(t) for t in tokens], temperature, with_entropy=False)
+            gaps += [(torch.tensor(c.logprobs) - lp).abs() for c, lp in zip(group, exact.logprobs)]
+    return torch.cat(gaps)
+
+
+def test_first_batch_calibrates_in_fp32_then_decodes_in_int8(tiny_model, tokenizer, chat_prompts):
+    engine = HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int8")
+    layers = engine.int8_layers
+    assert len(layers) == 2 * 7 + 1 and all(isinstance(layer, Int8Linear) for layer in layers)
+    assert dict(engine.model.named_parameters(remove_duplicate=False)).keys() == dict(tiny_model.named_parameters(remove_duplicate=False)).keys()
+
+    params = SamplingParams(temperature=0.9, max_new_tokens=8, seed=3)
+    first = engine.generate(chat_prompts, params, n=2)  # fp32 while measuring: exact logprobs
+    assert logprob_gap(tiny_model, chat_prompts, first, 0.9).max() < 1e-4
+    assert all(layer.packed is not None and bool((layer.input_absmax > 0).all()) for layer in layers)
+
+    second = engine.generate(chat_prompts, params, n=2)
+    gap = logprob_gap(tiny_model, chat_prompts, second, 0.9)
+    assert 1e-4 < gap.mean() < 0.05, gap.mean()  # int8 now, and close to the fp32 policy
+
+
+def test_push_requantizes_changed_layers_and_the_tied_head(tiny_model, tokenizer, chat_prompts):
+    engine = HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int8")
+    params = SamplingParams(temperature=0.9, max_new_tokens=8, seed=5)
+    engine.generate(chat_prompts, params, n=2)  # calibrate
+
+    torch.manual_seed(1)
+    new_model = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        for name, param in new_model.named_parameters():
+            param.add_(0.5 * param.abs().mean() * torch.randn_like(param))
+    engine.update_weights(7, {name: p.detach() for name, p in new_model.named_parameters()})  # embed_tokens also feeds the tied head
+    assert engine.policy_version == 7
+    groups = engine.generate(chat_prompts, params, n=2)
+    to_new, to_old = (logprob_gap(m, chat_prompts, groups, 0.9).mean() for m in (new_model, tiny_model))
+    assert to_new < 0.05 and to_old > 4 * to_new, (to_new, to_old)  # sampling the pushed policy, not the old one
+
+    head = engine.model.lm_head
+    before = head.packed.weight().dequantize().clone()
+    engine.update_weights(8, {"model.embed_tokens.weight": 2 * new_model.model.embed_tokens.weight.detach()})
+    assert torch.allclose(head.packed.weight().dequantize(), 2 * before, rtol=0.02, atol=1e-3)
+
+
+def test_int8_needs_a_cpu_model_and_a_known_mode(tiny_model, tokenizer):
+    with pytest.raises(ValueError, match="quantize must be one of"):
+        HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int4")
+
+
+def test_config_turns_tis_on_for_int8_rollouts():
+    assert load_config(None, ["rollout.quantize=int8"]).algo.tis_cap == 2.0
+    assert load_config(None, ["rollout.quantize=int8", "algo.tis_cap=3"]).algo.tis_cap == 3.0
+    decoupled = load_config(None, ["rollout.quantize=int8", "algo.decoupled=true"]).algo
+    assert decoupled.decoupled and decoupled.tis_cap is None
+    assert load_config(None, []).algo.tis_cap is None
+    with pytest.raises(ConfigError, match="rollout.quantize"):
+        load_config(None, ["rollout.quantize=int4"])
+    with pytest.raises(ConfigError, match="int8 runs on CPU"):
+        load_config(None, ["rollout.quantize=int8", "model.device=cuda"])
+
+
+@pytest.mark.parametrize("lora", ["true", "false"])
+def test_sync_training_with_int8_rollouts(tmp_path, tiny_model_dir, lora):
+    """LoRA pushes merged projections; full fine-tuning pushes everything (the engine gets its own copy)."""
+    run_dir = tmp_path / f"int8-{lora}"
+    config = load_config(QUICKSTART, tiny_overrides(tiny_model_dir, run_dir, "rollout.quantize=int8", f"model.lora.enabled={lora}",
+                                                    "train.steps=3"))
+    result = train(config, run_dir)
+    rows = [row for row in read_jsonl(run_dir / "metrics.jsonl") if "train/tis_weight_mean" in row]
+    assert len(rows) == 3 and result.steps == 3
+    gaps = [row["train/logprob_mismatch"] for row in rows]  # 0 on a step whose groups all had equal rewards
+    assert max(gaps) > 1e-4 and all(gap < 0.1 for gap in gaps), gaps
+    trained = [row for row in rows if row["train/skipped_sequences"] < 1]
+    assert trained and all(math.isfinite(row["loss/policy"]) and 0.5 < row["train/tis_weight_mean"] <= 2.0 for row in trained), rows
