@@ -1,14 +1,16 @@
 """A transformers engine: batched sampling with a KV cache, on CPU or one GPU.
 
-Four things make it fast without leaving plain PyTorch: each prompt is prefilled once and its
-cache shared by its `n` completions; finished sequences leave the batch (their cache rows are
-dropped), so the batch shrinks instead of padding to the longest; logits are computed for the
-last position only; the KV cache lives in buffers sized for the whole reply, so a decode step
-writes one position in place instead of copying the whole cache (`torch.cat`) in every layer.
+Five things make it fast without leaving plain PyTorch: the prompts' common prefix (the chat
+template's system prompt, shared instructions) is prefilled once for the batch; each prompt is
+prefilled once and its cache shared by its `n` completions; finished sequences leave the batch
+(their cache rows are dropped), so the batch shrinks instead of padding to the longest; logits
+are computed for the last position only; the KV cache lives in buffers sized for the whole
+reply, so a decode step writes one position in place instead of copying the whole cache
+(`torch.cat`) in every layer.
 Logprobs are those of the temperature-scaled full distribution, which is what the learner
 recomputes, so the two agree to float precision. With `quantize="int8"` the linear layers run
-as int8 kernels (`engines/quant.py`): about twice the decode speed on a CPU, at the price of a
-small logprob gap that the learner's TIS weight corrects.
+as int8 kernels (`engines/quant.py`): faster decoding on a CPU, at the price of a logprob gap
+that the learner's TIS weight corrects.
 """
 from __future__ import annotations
 

@@ -56,6 +56,7 @@ class Int8Linear(torch.nn.Module):
         self.weight, self.bias = linear.weight, linear.bias
         self.register_buffer("input_absmax", torch.zeros(self.in_features), persistent=False)
         self.smooth: torch.Tensor | None = None  # s per input channel, set by quantize()
+        self.inverse_smooth: torch.Tensor | None = None
         self.packed = None  # the fbgemm int8 layer for W * s
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -65,10 +66,10 @@ class Int8Linear(torch.nn.Module):
                 flat = x.detach().reshape(-1, self.in_features).abs().amax(dim=0).float()
                 torch.maximum(self.input_absmax, flat, out=self.input_absmax)
             return F.linear(x, self.weight, self.bias)
-        scaled = x.float() / self.smooth
-        row_max = scaled.abs().amax(dim=-1, keepdim=True).clamp(min=1e-6)
-        out = self.packed(scaled / row_max) * row_max
-        return out if self.bias is None else out + self.bias
+        scaled = x.float() * self.inverse_smooth
+        row_max = torch.linalg.vector_norm(scaled, ord=float("inf"), dim=-1, keepdim=True).clamp_(min=1e-6)
+        out = self.packed(scaled.div_(row_max)).mul_(row_max)
+        return out if self.bias is None else out.add_(self.bias)
 
     @torch.no_grad()
     def quantize(self) -> None:
@@ -77,6 +78,7 @@ class Int8Linear(torch.nn.Module):
             activation = self.input_absmax.clamp(min=1e-5)
             weight_max = self.weight.detach().float().abs().amax(dim=0).clamp(min=1e-5)
             self.smooth = (activation**SMOOTHING_ALPHA / weight_max ** (1 - SMOOTHING_ALPHA)).clamp(min=1e-5)
+            self.inverse_smooth = 1.0 / self.smooth
         with warnings.catch_warnings():  # quantized tensors are deprecated, still supported (torch 2.13)
             warnings.simplefilter("ignore")
             if self.packed is None:
