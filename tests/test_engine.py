@@ -111,13 +111,17 @@ def greedy_reference(model, prompt: list[int], steps: int) -> tuple[list[int], l
     return ids[len(prompt):], logprobs
 
 
-def test_greedy_equals_stepwise_argmax(engine, tiny_model, prompts):
-    groups = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=5), n=2)
+def check_greedy_matches_reference(engine, model, prompts, steps: int = 5) -> None:
+    groups = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=steps), n=2)
     for prompt, group in zip(prompts, groups):
-        expected_tokens, expected_logprobs = greedy_reference(tiny_model, prompt, 5)
+        expected_tokens, expected_logprobs = greedy_reference(model, prompt, steps)
         for completion in group:
             assert completion.token_ids == expected_tokens
             assert completion.logprobs == pytest.approx(expected_logprobs, abs=TOL)
+
+
+def test_greedy_equals_stepwise_argmax(engine, tiny_model, prompts):
+    check_greedy_matches_reference(engine, tiny_model, prompts)
 
 
 def test_top_k_one_equals_greedy(engine, tiny_model, prompts):
@@ -235,11 +239,6 @@ def test_shared_prefix_prefill_is_exact(engine, tiny_model, chat_prompts):
     """The common system prefix is prefilled once and the rest left-padded after it: the same
     greedy tokens as a cache-free reference, and sampled logprobs equal to the learner's."""
     assert common_prefix_length(chat_prompts) > 10
-    greedy = engine.generate(chat_prompts, SamplingParams(temperature=0.0, max_new_tokens=5), n=2)
-    for prompt, group in zip(chat_prompts, greedy):
-        expected_tokens, expected_logprobs = greedy_reference(tiny_model, prompt, 5)
-        for completion in group:
-            assert completion.token_ids == expected_tokens
-            assert completion.logprobs == pytest.approx(expected_logprobs, abs=TOL)
+    check_greedy_matches_reference(engine, tiny_model, chat_prompts)
     sampled = engine.generate(chat_prompts, SamplingParams(temperature=0.9, max_new_tokens=6, seed=11), n=3)
     check_logprobs_match(tiny_model, chat_prompts, sampled, 0.9)
