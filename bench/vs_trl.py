@@ -3,6 +3,7 @@
     pip install -e '.[bench]'          # TRL is a bench-only extra, never a runtime dependency
     python bench/vs_trl.py             # 30 steps each, then a held-out greedy eval of both
     python bench/vs_trl.py --quick     # 2 steps each, 20 eval tasks: a smoke run (~2 min on 2 cores)
+    python bench/vs_trl.py --seeds 0 1 2   # both sides once per seed: held-out accuracy mean and spread
 
 Both runs train the embedded SmolLM2-135M-Instruct with LoRA on rlyard's `arith` family
 (quickstart options: "What is x+y?", x, y in 10..99). Both see the same prompts in the same
@@ -73,6 +74,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threshold", type=float, default=0.5, help="reward level for 'time to threshold' (default 0.5)")
     parser.add_argument("--window", type=int, default=5, help="moving-average window of the reward curve (default 5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", help="run both sides once per seed and report accuracy mean / sd "
+                                                            "(seeds change sampling and the LoRA init, not the prompts)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads for both")
     parser.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's default; off for a speed comparison")
     parser.add_argument("--only", choices=["trl", "rlyard"], help="run one side only (for debugging)")
@@ -272,8 +275,51 @@ def report(results: dict, args) -> None:
         print(f"{i + 1:>4} {cells[0]:>6} {cells[1]:>7}")
 
 
+def seed_sweep(args) -> None:
+    """Each seed in its own process (a fresh torch state, as a separate invocation would have)."""
+    import copy
+
+    results = {"settings": vars(args), "machine": machine(), "seeds": {}}
+    for seed in args.seeds:
+        out = Path(tempfile.mkdtemp(prefix="vs_trl-seed")) / "result.json"
+        command = [sys.executable, __file__, "--seed", str(seed), "--out", str(out)] + passthrough(args)
+        print(f"[vs_trl] seed {seed}: {' '.join(command[1:])}", flush=True)
+        subprocess.run(command, check=True)
+        results["seeds"][seed] = json.loads(out.read_text())
+    summary = copy.deepcopy(results)
+    print(f"\nheld-out greedy accuracy over seeds {args.seeds}")
+    print(f"{'seed':>6} {'TRL':>8} {'rlyard':>8} {'TRL s/step':>11} {'rlyard s/step':>14}")
+    sides = [side for side in ("trl", "rlyard") if args.only in (None, side)]
+    for seed, run in results["seeds"].items():
+        cells = [run.get(side, {}).get("final_accuracy") for side in ("trl", "rlyard")]
+        steps = [run.get(side, {}).get("s_per_step") for side in ("trl", "rlyard")]
+        print(f"{seed:>6} " + " ".join("-".rjust(8) if c is None else f"{c:>8.1%}" for c in cells)
+              + " " + " ".join("-".rjust(w) if v is None else f"{v:>{w}.2f}" for v, w in zip(steps, (11, 14))))
+    for side in sides:
+        accuracies = [run[side]["final_accuracy"] for run in results["seeds"].values() if run.get(side)]
+        spread = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+        summary[f"{side}_accuracy_mean"], summary[f"{side}_accuracy_sd"] = statistics.fmean(accuracies), spread
+        print(f"{side:>6}: mean {statistics.fmean(accuracies):.1%}, sd {spread:.1%} over {len(accuracies)} seeds")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+    print(f"\n[vs_trl] wrote {out}")
+
+
+def passthrough(args) -> list[str]:
+    """The command-line settings of this run, for the per-seed child processes."""
+    flags = []
+    for name in ("model", "steps", "prompts", "n", "max_new_tokens", "lr", "temperature", "lora_rank", "lora_alpha",
+                 "micro_batch", "truncated_reward", "eval_size", "threshold", "window", "threads"):
+        flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    flags += ["--trl-gradient-checkpointing"] * args.trl_gradient_checkpointing + (["--only", args.only] if args.only else [])
+    return flags
+
+
 def main() -> None:
     args = parse_args()
+    if args.seeds:
+        return seed_sweep(args)
     results: dict = {"settings": vars(args), "machine": machine()}
     raw: dict = {}
     for side, runner in (("trl", run_trl), ("rlyard", run_rlyard)):
