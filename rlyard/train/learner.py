@@ -184,12 +184,9 @@ class Learner:
     def _step(self) -> float:
         """Clip and step the policy (and the critic, on its own norm); returns the policy's gradient norm."""
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        # A batch whose sequences were all skipped (every group's rewards equal) still steps, with
-        # zero gradients: AdamW then moves on its momentum and decays its moments, as it does in
-        # TRL, verl and OpenRLHF, which backpropagate the zero loss. A None grad would skip the step.
-        for param in params:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
+        # A batch with no signal (every group's rewards equal) leaves None gradients, so AdamW skips
+        # it: no step on stale momentum. TRL backpropagates the zero loss and steps; doing that here
+        # sent one of three seeds of bench/vs_trl.py into a reward-0 dead end (docs/benchmarks.md).
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
         self.optimizer.step()
         if self.critic is not None:
