@@ -61,7 +61,7 @@ class RolloutConfig(Strict):
     top_k: int = Field(0, ge=0)  # 0 = off
     max_new_tokens: int = Field(32, ge=1)
     truncated_reward: float | None = None  # reward of a reply cut at max_new_tokens; None = verify it as is
-    quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (about 1.5x), TIS on by default
+    quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (TIS on by default); see docs/benchmarks.md
 
 
 ALGO_PRESETS = ("grpo", "dr_grpo", "dapo", "ppo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "remax", "gspo", "cispo")
