@@ -21,7 +21,6 @@ import torch.nn.functional as F
 
 QUANTIZE_MODES = ("none", "int8")
 SMOOTHING_ALPHA = 0.5
-PREFILL_INT8 = False
 
 
 def _int8_linear_class():
@@ -60,7 +59,7 @@ class Int8Linear(torch.nn.Module):
         self.packed = None  # the fbgemm int8 layer for W * s
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        decoding = x.dim() < 3 or x.shape[-2] == 1 or PREFILL_INT8
+        decoding = x.dim() < 3 or x.shape[-2] == 1
         if not decoding or self.packed is None:
             if decoding:
                 flat = x.detach().reshape(-1, self.in_features).abs().amax(dim=0).float()
