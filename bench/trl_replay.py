@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -29,7 +28,6 @@ from rlyard.config import DEFAULT_LORA_TARGETS, AlgoConfig
 from rlyard.envs import get_family
 from rlyard.models import add_lora, load_model, load_tokenizer
 from rlyard.orchestrate.rollout import render_prompt
-from rlyard.orchestrate.setup import stop_tokens
 from rlyard.train import Learner
 from rlyard.train.logprobs import continuation_logprobs
 from rlyard.types import Trajectory
@@ -38,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vs_trl
 
 SETTINGS = {"model": "embedded", "prompts": 4, "n": 8, "max_new_tokens": 32, "lr": 5e-4, "temperature": 0.7, "lora_rank": 16,
-            "lora_alpha": 32, "micro_batch": 8, "truncated_reward": 0.0, "seed": 0, "threads": 2, "eval_size": 0}
+            "lora_alpha": 32, "micro_batch": 8, "truncated_reward": 0.0, "seed": 0, "threads": 2, "eval_size": 0,
+            "trl_gradient_checkpointing": False}
 
 
 def lora_weights(model) -> dict[str, torch.Tensor]:
@@ -47,22 +46,14 @@ def lora_weights(model) -> dict[str, torch.Tensor]:
 
 def run_trl(args, tokenizer, family, tasks):
     """TRL's steps, returning the completions of each step and the LoRA weights before / after each."""
-    from datasets import Dataset
-    from peft import LoraConfig
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    stop_ids = set(stop_tokens(tokenizer))
     batches: list[list[tuple[int, list[int], float]]] = []
     weights: list[dict[str, torch.Tensor]] = []
 
-    def reward(prompts, completions, completion_ids, task_index, **_):
-        rewards = []
-        for ids, index in zip(completion_ids, task_index):
-            truncated = len(ids) >= args.max_new_tokens and not stop_ids & set(ids)
-            rewards.append(0.0 if truncated else family.verify(tokenizer.decode(ids, skip_special_tokens=True), tasks[index]).value)
-        batches.append([(index, list(ids), r) for ids, index, r in zip(completion_ids, task_index, rewards)])
-        return rewards
+    def record(task_indices, completion_ids, rewards):
+        batches.append([(index, list(ids), r) for index, ids, r in zip(task_indices, completion_ids, rewards)])
 
     class Snapshots(TrainerCallback):
         def on_train_begin(self, _args, state, control, model=None, **kw):
@@ -72,19 +63,8 @@ def run_trl(args, tokenizer, family, tasks):
             weights.append(lora_weights(model))
 
     torch.manual_seed(args.seed)
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl_replay-"), use_cpu=True, bf16=False, seed=args.seed, max_steps=args.steps,
-        per_device_train_batch_size=args.micro_batch, gradient_accumulation_steps=args.prompts * args.n // args.micro_batch,
-        num_generations=args.n, max_completion_length=args.max_new_tokens, temperature=args.temperature, learning_rate=args.lr,
-        lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0, beta=0.0, epsilon=0.2, loss_type="dapo",
-        scale_rewards="group", num_iterations=1, shuffle_dataset=False, gradient_checkpointing=False, logging_steps=1,
-        report_to="none", save_strategy="no", disable_tqdm=True,
-    )
-    dataset = Dataset.from_list([{"prompt": task.prompt, "task_index": i} for i, task in enumerate(tasks)])
-    lora = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0, target_modules=list(DEFAULT_LORA_TARGETS),
-                      task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=load_model(args.model), reward_funcs=[reward], args=config, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=lora, callbacks=[Snapshots()])
+    trainer = GRPOTrainer(model=load_model(args.model), callbacks=[Snapshots()],
+                          **vs_trl.trl_setup(args, family, tokenizer, tasks, on_rewards=record))
     trainer.train()
     return batches, weights
 

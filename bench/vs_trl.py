@@ -115,30 +115,57 @@ def held_out_accuracy(model, tokenizer, family, args) -> float | None:
     return evaluate(engine, tokenizer, family, tasks, args.max_new_tokens, stop_tokens(tokenizer))["accuracy"]
 
 
-def run_trl(args) -> dict:
+def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
+    """The GRPOTrainer arguments both TRL benches share: reward function, config, dataset, LoRA.
+
+    The reward is rlyard's verifier on rlyard's decoding of the reply; a reply cut at the budget
+    gets --truncated-reward. `on_rewards(task_indices, completion_ids, rewards)` sees each batch.
+    """
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    family, tokenizer = get_family("arith"), load_tokenizer(args.model)
-    tasks = train_tasks(args, family)
     stop_ids = set(stop_tokens(tokenizer))
-    model = load_model(args.model)  # rlyard's cache of the embedded GGUF is a plain HF folder (no gguf flag)
-    if getattr(model.config, "quantization_config", None) is not None:
-        raise SystemExit("TRL needs a plain model; this one is flagged as quantized (pass a converted folder)")
-    sampled_tokens: list[int] = []  # per generation call
 
     def arith_reward(prompts, completions, completion_ids, task_index, **_):
-        """rlyard's verifier on rlyard's decoding of the reply; truncated replies get --truncated-reward."""
         rewards = []
         for ids, index in zip(completion_ids, task_index):
             reward = family.verify(tokenizer.decode(ids, skip_special_tokens=True), tasks[index]).value
             truncated = len(ids) >= args.max_new_tokens and not stop_ids & set(ids)
             rewards.append(args.truncated_reward if truncated and args.truncated_reward is not None else reward)
+        if on_rewards is not None:
+            on_rewards(task_index, completion_ids, rewards)
         return rewards
+
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="vs_trl-"), use_cpu=True, bf16=False, seed=args.seed,
+        max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=args.prompts * args.n // args.micro_batch,
+        num_generations=args.n, max_completion_length=args.max_new_tokens, temperature=args.temperature,
+        learning_rate=args.lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
+        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1,
+        shuffle_dataset=False, gradient_checkpointing=args.trl_gradient_checkpointing,
+        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
+    )
+    dataset = Dataset.from_list([{"prompt": task.prompt, "task_index": i} for i, task in enumerate(tasks)])
+    lora = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
+                      target_modules=list(DEFAULT_LORA_TARGETS), task_type="CAUSAL_LM")
+    return {"reward_funcs": [arith_reward], "args": config, "train_dataset": dataset, "processing_class": tokenizer,
+            "peft_config": lora}
+
+
+def run_trl(args) -> dict:
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    family, tokenizer = get_family("arith"), load_tokenizer(args.model)
+    tasks = train_tasks(args, family)
+    model = load_model(args.model)  # rlyard's cache of the embedded GGUF is a plain HF folder (no gguf flag)
+    if getattr(model.config, "quantization_config", None) is not None:
+        raise SystemExit("TRL needs a plain model; this one is flagged as quantized (pass a converted folder)")
+    sampled_tokens: list[int] = []  # per generation call
 
     class TimedGRPOTrainer(GRPOTrainer):
         generate_seconds = 0.0
@@ -164,21 +191,7 @@ def run_trl(args) -> dict:
             if logs and "reward" in logs and steps and steps[-1]["step"] == state.global_step:
                 steps[-1]["reward"] = logs["reward"]
 
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="vs_trl-"), use_cpu=True, bf16=False, seed=args.seed,
-        max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
-        gradient_accumulation_steps=args.prompts * args.n // args.micro_batch,
-        num_generations=args.n, max_completion_length=args.max_new_tokens, temperature=args.temperature,
-        learning_rate=args.lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
-        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1,
-        shuffle_dataset=False, gradient_checkpointing=args.trl_gradient_checkpointing,
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-    )
-    dataset = Dataset.from_list([{"prompt": task.prompt, "task_index": i} for i, task in enumerate(tasks)])
-    lora = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
-                      target_modules=list(DEFAULT_LORA_TARGETS), task_type="CAUSAL_LM")
-    trainer = TimedGRPOTrainer(model=model, reward_funcs=[arith_reward], args=config, train_dataset=dataset,
-                               processing_class=tokenizer, peft_config=lora, callbacks=[StepTimer()])
+    trainer = TimedGRPOTrainer(model=model, callbacks=[StepTimer()], **trl_setup(args, family, tokenizer, tasks))
     started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - started
@@ -277,8 +290,6 @@ def report(results: dict, args) -> None:
 
 def seed_sweep(args) -> None:
     """Each seed in its own process (a fresh torch state, as a separate invocation would have)."""
-    import copy
-
     results = {"settings": vars(args), "machine": machine(), "seeds": {}}
     for seed in args.seeds:
         out = Path(tempfile.mkdtemp(prefix="vs_trl-seed")) / "result.json"
@@ -286,7 +297,6 @@ def seed_sweep(args) -> None:
         print(f"[vs_trl] seed {seed}: {' '.join(command[1:])}", flush=True)
         subprocess.run(command, check=True)
         results["seeds"][seed] = json.loads(out.read_text())
-    summary = copy.deepcopy(results)
     print(f"\nheld-out greedy accuracy over seeds {args.seeds}")
     print(f"{'seed':>6} {'TRL':>8} {'rlyard':>8} {'TRL s/step':>11} {'rlyard s/step':>14}")
     sides = [side for side in ("trl", "rlyard") if args.only in (None, side)]
@@ -298,11 +308,11 @@ def seed_sweep(args) -> None:
     for side in sides:
         accuracies = [run[side]["final_accuracy"] for run in results["seeds"].values() if run.get(side)]
         spread = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
-        summary[f"{side}_accuracy_mean"], summary[f"{side}_accuracy_sd"] = statistics.fmean(accuracies), spread
+        results[f"{side}_accuracy_mean"], results[f"{side}_accuracy_sd"] = statistics.fmean(accuracies), spread
         print(f"{side:>6}: mean {statistics.fmean(accuracies):.1%}, sd {spread:.1%} over {len(accuracies)} seeds")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    out.write_text(json.dumps(results, indent=2))
     print(f"\n[vs_trl] wrote {out}")
 
 

@@ -86,7 +86,6 @@ class HFEngine:
         self.model = model  # its own copy (LoRA: merged weights pushed each step) or the learner's
         self.pad_token_id = pad_token_id
         self.autocast_dtype = autocast_dtype
-        self.quantize = quantize
         self.int8_layers = wrap_linears(model) if quantize == "int8" else []
         self.policy_version = 0
 
@@ -205,12 +204,14 @@ class HFEngine:
 
 def common_prefix_length(prompts: list[list[int]]) -> int:
     """Tokens that every prompt starts with, leaving each prompt at least its last token to prefill."""
+    if len(prompts) < 2:
+        return 0
     limit = min(len(p) for p in prompts) - 1
     first = prompts[0]
     length = 0
     while length < limit and all(p[length] == first[length] for p in prompts):
         length += 1
-    return length if len(prompts) > 1 else 0
+    return length
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

@@ -230,12 +230,16 @@ class Learner:
         # With TIS or decoupled PPO the ratio is centred on the trainer's own old logprobs (pi_prox);
         # the engine's (pi_behav, possibly several versions old) enter only through the weight.
         off_policy = algo.tis_cap is not None or algo.decoupled
-        # Without a no-grad pass (a single update per batch), pi_old is the policy being updated.
-        trainer_old_T = (logprobs_T.detach() if trainer_old_T is None else trainer_old_T).to(device)
+        # pi_old: the scoring pass's logprobs, or with a single update per batch the update's own
+        # forward (detached). In a later epoch without a scoring pass there is none.
+        if trainer_old_T is None and self.single_update:
+            trainer_old_T = logprobs_T.detach()
+        if trainer_old_T is not None:
+            trainer_old_T = trainer_old_T.to(device)
+            gap_T = (trainer_old_T - behaviour_T).abs()  # engine vs trainer: what TIS corrects
+            stats["mismatch"] += float(gap_T.sum())
+            stats["mismatch_max"] = max(stats["mismatch_max"], float(gap_T.max()) if len(gap_T) else 0.0)
         old_T = trainer_old_T if off_policy else behaviour_T
-        gap_T = (trainer_old_T - behaviour_T).abs()  # engine vs trainer: what TIS corrects
-        stats["mismatch"] += float(gap_T.sum())
-        stats["mismatch_max"] = max(stats["mismatch_max"], float(gap_T.max()) if len(gap_T) else 0.0)
         if algo.decoupled:
             policy_T, clipped_T = decoupled_ppo(logprobs_T, old_T, behaviour_T, advantages_T.to(device), algo.eps_low, algo.eps_high,
                                                 algo.behaviour_weight_cap)
