@@ -14,7 +14,7 @@ import torch
 
 from rlyard.config import ConfigError, load_config
 from rlyard.engines import HFEngine
-from rlyard.engines.quant import Int8Linear
+from rlyard.engines.quant import Int8Projection
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.sync import train
 from rlyard.train.logprobs import continuation_logprobs
@@ -40,9 +40,9 @@ def logprob_gap(model, prompts, groups, temperature) -> torch.Tensor:
 
 def test_first_batch_calibrates_in_fp32_then_decodes_in_int8(tiny_model, tokenizer, chat_prompts):
     engine = HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int8")
-    layers = engine.int8_layers
-    assert len(layers) == 2 * 7 + 1 and all(isinstance(layer, Int8Linear) for layer in layers)
-    assert dict(engine.model.named_parameters(remove_duplicate=False)).keys() == dict(tiny_model.named_parameters(remove_duplicate=False)).keys()
+    layers = engine.decoder.int8_projections  # per layer: q/k/v fused, o, gate/up fused, down; then the head
+    assert len(layers) == 2 * 4 + 1 and all(isinstance(layer, Int8Projection) for layer in layers)
+    assert [len(layer.linears) for layer in layers[:4]] == [3, 1, 2, 1]
 
     params = SamplingParams(temperature=0.9, max_new_tokens=8, seed=3)
     first = engine.generate(chat_prompts, params, n=2)  # fp32 while measuring: exact logprobs
@@ -70,7 +70,7 @@ def test_push_requantizes_changed_layers_and_the_tied_head(tiny_model, tokenizer
     to_new, to_old = (logprob_gap(m, chat_prompts, groups, 0.9).mean() for m in (new_model, tiny_model))
     assert to_new < 0.05 and to_old > 4 * to_new, (to_new, to_old)  # sampling the pushed policy, not the old one
 
-    head = engine.model.lm_head
+    head = engine.decoder.head
     before = head.packed.weight().dequantize().clone()
     engine.update_weights(8, {"model.embed_tokens.weight": 2 * new_model.model.embed_tokens.weight.detach()})
     assert torch.allclose(head.packed.weight().dequantize(), 2 * before, rtol=0.02, atol=1e-3)

@@ -1,16 +1,17 @@
 """A transformers engine: batched sampling with a KV cache, on CPU or one GPU.
 
-Five things make it fast without leaving plain PyTorch: the prompts' common prefix (the chat
+Six things make it fast without leaving plain PyTorch: the prompts' common prefix (the chat
 template's system prompt, shared instructions) is prefilled once for the batch; each prompt is
 prefilled once and its cache shared by its `n` completions; finished sequences leave the batch
 (their cache rows are dropped), so the batch shrinks instead of padding to the longest; logits
 are computed for the last position only; the KV cache lives in buffers sized for the whole
 reply, so a decode step writes one position in place instead of copying the whole cache
-(`torch.cat`) in every layer.
+(`torch.cat`) in every layer; llama-shaped models decode through a lean step
+(`engines/decode.py`) without transformers' per-layer Python.
 Logprobs are those of the temperature-scaled full distribution, which is what the learner
-recomputes, so the two agree to float precision. With `quantize="int8"` the linear layers run
-as int8 kernels (`engines/quant.py`): faster decoding on a CPU, at the price of a logprob gap
-that the learner's TIS weight corrects.
+recomputes, so the two agree to float precision. With `quantize="int8"` the decode step's
+projections run as fused int8 kernels (`engines/quant.py`): faster decoding on a CPU, at the
+price of a logprob gap that the learner's TIS weight corrects.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import contextlib
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from rlyard.engines.quant import QUANTIZE_MODES, wrap_linears
+from rlyard.engines.decode import LeanDecoder, lean_decode_support
+from rlyard.engines.quant import QUANTIZE_MODES
 from rlyard.types import Completion, SamplingParams
 
 
@@ -80,13 +82,17 @@ class PreallocatedLayer(DynamicLayer):
 
 class HFEngine:
     def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None, quantize: str = "none"):
-        """`quantize="int8"` converts `model`'s linear layers in place: pass the engine's own copy."""
+        """Llama-shaped models decode through `LeanDecoder` (and may use `quantize="int8"`);
+        others through transformers' forward."""
         if quantize not in QUANTIZE_MODES:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
         self.model = model  # its own copy (LoRA: merged weights pushed each step) or the learner's
         self.pad_token_id = pad_token_id
         self.autocast_dtype = autocast_dtype
-        self.int8_layers = wrap_linears(model) if quantize == "int8" else []
+        why_not = lean_decode_support(model)
+        if quantize == "int8" and why_not:
+            raise ValueError(f"rollout.quantize=int8 needs a llama-shaped model: {why_not}")
+        self.decoder = None if why_not else LeanDecoder(model, quantize)
         self.policy_version = 0
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
@@ -100,10 +106,8 @@ class HFEngine:
             with torch.no_grad():
                 for name, tensor in state_dict.items():
                     params[name].copy_(tensor)
-            changed = {id(params[name]) for name in state_dict}
-            for layer in self.int8_layers:
-                if id(layer.weight) in changed:
-                    layer.requantize()
+            if self.decoder is not None:
+                self.decoder.weights_changed({id(params[name]) for name in state_dict})
         self.policy_version = version
 
     def _autocast(self):
@@ -123,10 +127,8 @@ class HFEngine:
         try:
             with self._autocast():
                 flat = self._generate(prompts, params, n)
-            if self.int8_layers and self.int8_layers[0].packed is None and bool(self.int8_layers[0].input_absmax.any()):
-                # that batch ran in fp32 and measured the smoothing scales
-                for layer in self.int8_layers:
-                    layer.quantize()
+            if self.decoder is not None:
+                self.decoder.quantize_if_calibrated()  # int8: that batch ran in fp32 and measured the scales
         finally:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -152,17 +154,22 @@ class HFEngine:
             input_ids[row, width - len(prompt) + shared :] = torch.tensor(prompt[shared:])
             attention[row, shared + width - len(prompt) + shared :] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
-        out = self.model(
-            input_ids=input_ids.to(device), attention_mask=attention.to(device),
-            position_ids=positions.to(device), cache=cache, use_cache=True, logits_to_keep=1,
-        )
-        cache = out.cache
-        logits = out.logits[:, -1, :].float()
+        if shared and self.decoder is not None:
+            # After a shared prefix, the tails run through the decode step's projections (int8
+            # when quantized); the prefix (with its attention-sink first token) stayed fp32.
+            logits = self.decoder.forward(cache, input_ids.to(device), positions.to(device), attention.bool().to(device)).float()
+        else:
+            out = self.model(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                position_ids=positions.to(device), cache=cache, use_cache=True, logits_to_keep=1,
+            )
+            cache, logits = out.cache, out.logits[:, -1, :].float()
         if n > 1:
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
             attention = attention.repeat_interleave(n, dim=0)
         next_position = attention.sum(-1)  # per row: position of the next token
+        padded = not bool(attention.all())  # no padding: attention needs no mask
 
         total = len(prompts) * n
         tokens: list[list[int]] = [[] for _ in range(total)]
@@ -189,11 +196,15 @@ class HFEngine:
                 active, attention, next_position = active[keep], attention[keep], next_position[keep]
                 sampled = sampled[keep.to(sampled.device)]
             attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-            out = self.model(
-                input_ids=sampled.view(-1, 1).to(device), attention_mask=attention.to(device),
-                position_ids=next_position.view(-1, 1).to(device), cache=cache, use_cache=True,
-            )
-            cache, logits = out.cache, out.logits[:, -1, :].float()
+            if self.decoder is not None:
+                key_mask = attention.bool().to(device) if padded else None
+                logits = self.decoder.forward(cache, sampled.view(-1, 1).to(device), next_position.view(-1, 1).to(device), key_mask).float()
+            else:
+                out = self.model(
+                    input_ids=sampled.view(-1, 1).to(device), attention_mask=attention.to(device),
+                    position_ids=next_position.view(-1, 1).to(device), cache=cache, use_cache=True,
+                )
+                cache, logits = out.cache, out.logits[:, -1, :].float()
             next_position = next_position + 1
 
         return [
