@@ -11,10 +11,11 @@ import math
 
 import pytest
 import torch
+import transformers
 
 from rlyard.config import ConfigError, load_config
 from rlyard.engines import HFEngine
-from rlyard.engines.quant import Int8Projection
+from rlyard.engines.quant import Int8Projection, Projection
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.sync import train
 from rlyard.train.logprobs import continuation_logprobs
@@ -106,3 +107,33 @@ def test_sync_training_with_int8_rollouts(tmp_path, tiny_model_dir, lora):
     assert max(gaps) > 1e-4 and all(gap < 0.1 for gap in gaps), gaps
     trained = [row for row in rows if row["train/skipped_sequences"] < 1]
     assert trained and all(math.isfinite(row["loss/policy"]) and 0.5 < row["train/tis_weight_mean"] <= 2.0 for row in trained), rows
+
+
+def test_int8_keeps_projection_biases(tokenizer, chat_prompts):
+    """A Qwen2 model (q/k/v biases) decodes in int8 end to end; the unit test below checks the
+    biases' arithmetic."""
+    from tests.test_engine_decode import tiny
+
+    qwen = tiny(transformers.Qwen2Config, len(tokenizer), use_sliding_window=False)
+    engine = HFEngine(copy.deepcopy(qwen), tokenizer.pad_token_id, quantize="int8")
+    params = SamplingParams(temperature=0.9, max_new_tokens=8, seed=3)
+    engine.generate(chat_prompts, params, n=2)  # calibrate
+    qkv = engine.decoder.int8_projections[0]
+    assert qkv.packed is not None and qkv.bias is not None and qkv.bias.shape == (sum(qkv.sizes),)
+    gap = logprob_gap(qwen, chat_prompts, engine.generate(chat_prompts, params, n=2), 0.9)
+    assert 1e-4 < gap.mean() < 0.05, gap.mean()
+
+
+def test_int8_projection_is_close_to_the_float_layers_it_fuses():
+    torch.manual_seed(0)
+    linears = [torch.nn.Linear(64, 48), torch.nn.Linear(64, 16), torch.nn.Linear(64, 16, bias=False)]
+    with torch.no_grad():
+        for linear in linears[:2]:
+            linear.bias.normal_(0, 1.0)
+    fused, exact = Int8Projection(linears), Projection(linears)
+    x = torch.randn(8, 64) * torch.linspace(0.1, 8.0, 64)  # outlier channels, as SmoothQuant expects
+    assert all(torch.equal(a, b) for a, b in zip(fused(x), exact(x)))  # calibrating: the float layers
+    fused.quantize()
+    for ours, theirs in zip(fused(x), exact(x)):
+        assert ours.shape == theirs.shape
+        assert (ours - theirs).abs().max() < 0.03 * theirs.abs().max()
