@@ -36,7 +36,9 @@ def tiny(config_class, vocab_size: int, **extra):
 @pytest.fixture(params=["llama", "qwen2"])
 def llama_shaped(request, tokenizer):
     if request.param == "llama":
-        return tiny(transformers.LlamaConfig, len(tokenizer), tie_word_embeddings=True)
+        from conftest import make_tiny_llama
+
+        return make_tiny_llama(len(tokenizer))
     return tiny(transformers.Qwen2Config, len(tokenizer), use_sliding_window=False)
 
 

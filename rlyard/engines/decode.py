@@ -47,7 +47,7 @@ class LeanDecoder:
         why = lean_decode_support(model)
         if why:
             raise ValueError(f"the lean decode step does not support this model: {why}")
-        self.model, self.inner = model, model.model
+        self.inner = model.model
         if quantize == "int8":
             check_int8_support(next(model.parameters()).device)
         group = Int8Projection if quantize == "int8" else Projection

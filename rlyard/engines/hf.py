@@ -154,16 +154,9 @@ class HFEngine:
             input_ids[row, width - len(prompt) + shared :] = torch.tensor(prompt[shared:])
             attention[row, shared + width - len(prompt) + shared :] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
-        if shared and self.decoder is not None:
-            # After a shared prefix, the tails run through the decode step's projections (int8
-            # when quantized); the prefix (with its attention-sink first token) stayed fp32.
-            logits = self.decoder.forward(cache, input_ids.to(device), positions.to(device), attention.bool().to(device)).float()
-        else:
-            out = self.model(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                position_ids=positions.to(device), cache=cache, use_cache=True, logits_to_keep=1,
-            )
-            cache, logits = out.cache, out.logits[:, -1, :].float()
+        # After a shared prefix, the tails run through the lean step's projections (int8 when
+        # quantized); the prefix (with its attention-sink first token) stayed fp32.
+        cache, logits = self._forward(cache, input_ids, positions, attention, device, lean=bool(shared))
         if n > 1:
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
@@ -196,21 +189,27 @@ class HFEngine:
                 active, attention, next_position = active[keep], attention[keep], next_position[keep]
                 sampled = sampled[keep.to(sampled.device)]
             attention = torch.cat([attention, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-            if self.decoder is not None:
-                key_mask = attention.bool().to(device) if padded else None
-                logits = self.decoder.forward(cache, sampled.view(-1, 1).to(device), next_position.view(-1, 1).to(device), key_mask).float()
-            else:
-                out = self.model(
-                    input_ids=sampled.view(-1, 1).to(device), attention_mask=attention.to(device),
-                    position_ids=next_position.view(-1, 1).to(device), cache=cache, use_cache=True,
-                )
-                cache, logits = out.cache, out.logits[:, -1, :].float()
+            cache, logits = self._forward(cache, sampled.view(-1, 1), next_position.view(-1, 1), attention, device, masked=padded)
             next_position = next_position + 1
 
         return [
             Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i], policy_version=self.policy_version)
             for i in range(total)
         ]
+
+    def _forward(self, cache: Cache, input_ids: torch.Tensor, positions: torch.Tensor, attention: torch.Tensor,
+                 device: torch.device, lean: bool = True, masked: bool = True) -> tuple[Cache, torch.Tensor]:
+        """Float logits [B, V] of the last of `input_ids` [B, T], whose keys / values join `cache`:
+        through the lean step when the model has one (and `lean`), else transformers' forward.
+        `masked=False` tells the lean step that no row is padded."""
+        if lean and self.decoder is not None:
+            key_mask = attention.bool().to(device) if masked else None
+            return cache, self.decoder.forward(cache, input_ids.to(device), positions.to(device), key_mask).float()
+        out = self.model(
+            input_ids=input_ids.to(device), attention_mask=attention.to(device),
+            position_ids=positions.to(device), cache=cache, use_cache=True, logits_to_keep=1,
+        )
+        return out.cache, out.logits[:, -1, :].float()
 
 
 def common_prefix_length(prompts: list[list[int]]) -> int:

@@ -8,8 +8,8 @@ s = max|x|^0.5 / max|W|^0.5 (folded into the weight) and its rows by their own m
 the output): exact in real arithmetic, and it leaves each row's int8 grid to that row alone.
 Projections that read the same input (q/k/v, gate/up) are fused into one matmul, so that input
 is scaled and quantized once. The scales come from the engine's first batch, which decodes in
-fp32 while they are measured. Prefill (several positions per row) stays fp32: it runs once per
-prompt and sets the KV cache.
+fp32 while they are measured. The prompts' shared prefix (with its attention-sink first token)
+is prefilled in fp32; each prompt's own tail and every decode step run in int8.
 
 The learner keeps fp32 weights; the remaining gap between the sampler's logprobs and the
 trainer's is what truncated importance sampling (`algo.tis_cap`) corrects.

@@ -186,7 +186,8 @@ class Learner:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         # A batch with no signal (every group's rewards equal) leaves None gradients, so AdamW skips
         # it: no step on stale momentum. TRL backpropagates the zero loss and steps; doing that here
-        # sent one of three seeds of bench/vs_trl.py into a reward-0 dead end (docs/benchmarks.md).
+        # sent seed 1 of bench/vs_trl.py into a reward-0 dead end, as it does TRL's own seeds 5 and 6
+        # (docs/benchmarks.md).
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
         self.optimizer.step()
         if self.critic is not None:
