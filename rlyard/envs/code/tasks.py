@@ -79,17 +79,34 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
     return records
 
 
+def runner_command(tests: list[str], python: str = "python3") -> str:
+    """The verifier command over test files / node ids; `python` may be a per-repository venv's."""
+    return f"{python} -I {RUNNER_PATH} " + " ".join(shell_quote(t) for t in tests)
+
+
+def shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
 def payload(*, instance_id: str, repo: str, source: dict, problem_statement: str, test_patch: str, patch: str,
             test_command: str, timeout_s: float, base_files: dict[str, str | None], difficulty: str = "",
-            extra_reset: list[str] = ()) -> dict[str, Any]:
+            extra_reset: list[str] = (), expected_tests: list[str] | None = None, xfail_ok: list[str] = (),
+            ro_binds: list[str] = ()) -> dict[str, Any]:
     """A task payload with `graded_files` worked out: the test patch applied to the base versions,
-    plus `extra_reset` paths kept at their base version (the visible tests, for built-in tasks)."""
+    plus `extra_reset` paths kept at their base version (visible tests, the files of PASS_TO_PASS).
+
+    `expected_tests`: the exact node ids that must each be reported passed (None: not a runner
+    command, the exit code decides); `xfail_ok`: those that may be xfailed instead (SWE-bench's
+    PASS_TO_PASS); `ro_binds`: host folders the sandbox sees read-only (a per-repository venv).
+    """
     hidden = touched_paths(test_patch)
     graded = apply_patch(base_files, test_patch)
     graded |= {p: base_files[p] for p in extra_reset if p not in graded}
     return {"instance_id": instance_id, "repo": repo, "source": source, "problem_statement": problem_statement,
             "test_patch": test_patch, "patch": patch, "test_command": test_command, "timeout_s": timeout_s,
-            "hidden_paths": hidden, "graded_files": graded, "difficulty": difficulty}
+            "hidden_paths": hidden, "graded_files": graded, "difficulty": difficulty,
+            "expected_tests": None if expected_tests is None else list(expected_tests), "xfail_ok": list(xfail_ok),
+            "ro_binds": list(ro_binds)}
 
 
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
