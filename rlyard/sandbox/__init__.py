@@ -5,6 +5,10 @@ from rlyard.sandbox.sandbox import (
     Sandbox,
     SandboxError,
     SandboxUnavailable,
+    bwrap_works,
+    require_sealed,
 )
+from rlyard.sandbox.uids import UidPool
 
-__all__ = ["Limits", "Result", "Sandbox", "SandboxError", "SandboxUnavailable"]
+__all__ = ["Limits", "Result", "Sandbox", "SandboxError", "SandboxUnavailable", "UidPool",
+           "bwrap_works", "require_sealed"]
