@@ -61,7 +61,8 @@ class CodeEnv(ToolEnv):
         build_workspace(p["source"], self.begin(task, "rlyard-code-"))
         self.arm = choose_arm(p, str(task.metadata.get("round", "")), task.id)
         self.format = p["tool_format"]
-        self.sandbox = Sandbox(self.workspace, LIMITS, self.isolation)
+        binds = {"ro_binds": tuple(p["ro_binds"])} if p.get("ro_binds") else {}
+        self.sandbox = Sandbox(self.workspace, LIMITS, self.isolation, **binds)
         self.toolbox = ToolBox(self.sandbox, tuple(p["arms"][self.arm]), timeout_s=60)
         new_files = [path for path, text in p["graded_files"].items() if text is not None and path in p["hidden_paths"]
                      and not (self.workspace / path).exists()]
@@ -76,7 +77,8 @@ class CodeEnv(ToolEnv):
 
     def score(self) -> Reward:
         p = self.task.payload
-        verdict = grade(self.sandbox, p["graded_files"], p["test_command"], p["timeout_s"], p["timeout_is_infra"])
+        verdict = grade(self.sandbox, p["graded_files"], p["test_command"], p["timeout_s"], p["timeout_is_infra"],
+                        p.get("expected_tests"), p.get("xfail_ok", ()))
         extra = {"submitted": float(self.submitted is not None), "tool_calls": float(self.calls),
                  "malformed_calls": float(self.malformed), "guard_blocks": float(self.guard.blocks if self.guard else 0),
                  f"arm_{self.arm}": 1.0}

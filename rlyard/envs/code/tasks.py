@@ -14,11 +14,13 @@ Built-in layout (rlyard/envs/code/builtin/):
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from rlyard.envs.code.collect import collect_node_ids
 from rlyard.envs.code.repo import apply_patch, make_patch, touched_paths
 from rlyard.envs.splits import merge_options
 from rlyard.types import Task
@@ -37,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "eval_percent": 25,  # share of tasks (stable hash of the id) in the eval split; 100 = all
     "timeout_is_infra": True,  # a test command that times out: infra failure (True) or reward 0
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
+    "dataset_split": None,  # the split of a DatasetDict folder to read (needed when it has several)
 }
 
 
@@ -69,14 +72,17 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
             base = {**clean, **overlay}
             test_patch = make_patch({p: base.get(p) for p in hidden} | {RUNNER_PATH: None}, hidden | {RUNNER_PATH: RUNNER})
             tests = sorted({p for p in hidden if Path(p).name.startswith("test_")} | set(visible_tests))
-            records.append(payload(
+            gold = {**clean, **hidden, RUNNER_PATH: RUNNER}
+            records.append(dict(gold=gold, tests=tests, fields=dict(
                 instance_id=task_dir.name, repo=repo_dir.name, source={"files": base},
                 problem_statement=meta["problem_statement"].strip(), test_patch=test_patch,
                 patch=make_patch({p: overlay[p] for p in overlay}, {p: clean[p] for p in overlay}),
-                test_command=f"python3 -P {RUNNER_PATH} {' '.join(tests)}", timeout_s=float(meta.get("timeout_s", 60)),
+                test_command=runner_command(tests), timeout_s=float(meta.get("timeout_s", 60)),
                 base_files={p: base.get(p) for p in [*hidden, RUNNER_PATH, *visible_tests]},
-                difficulty=meta["difficulty"], extra_reset=visible_tests))
-    return records
+                difficulty=meta["difficulty"], extra_reset=visible_tests)))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # one sandboxed collection per task, cached
+        expected = list(pool.map(lambda r: collect_node_ids(r["gold"], r["tests"], runner_command(["--collect", *r["tests"]])), records))
+    return [payload(**r["fields"], expected_tests=ids) for r, ids in zip(records, expected)]
 
 
 def runner_command(tests: list[str], python: str = "python3") -> str:

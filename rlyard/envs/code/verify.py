@@ -1,6 +1,7 @@
 """Grading a `code` episode: reset the test paths, apply the test patch, run the test command.
 
-The reward is 1.0 when the test command exits 0 in the sandbox, else 0.0. Steps 1 and 2 of the
+The reward is 1.0 when rlyard's runner reports every expected test passed (or, for a user's
+own test command, when it exits 0) in the sandbox, else 0.0. Steps 1 and 2 of the
 production recipe (reset every path the test patch touches to the base commit, then apply the
 test patch) are done without the workspace's git, which the policy could have rigged (hooks,
 smudge filters, replaced objects): the host applies the test patch once, at setup, to the
@@ -11,8 +12,12 @@ fails (a path the policy made unwritable, say), the reward is 0 with `testbed_co
 from __future__ import annotations
 
 import json
+import math
+import secrets
+from dataclasses import replace
 
 from rlyard.agent.loop import cut_middle
+from rlyard.envs.code.grade_runner import read_verdict
 from rlyard.sandbox import Sandbox, SandboxError
 from rlyard.types import Reward
 
@@ -46,8 +51,13 @@ print("rlyard-reset-ok")
 
 
 def grade(sandbox: Sandbox, graded_files: dict[str, str | None], test_command: str, timeout_s: float,
-          timeout_is_infra: bool = True) -> Reward:
-    """Reset + test patch (`graded_files`: each touched path's expected text), then the tests."""
+          timeout_is_infra: bool = True, expected_tests: list[str] | None = None, xfail_ok: list[str] = ()) -> Reward:
+    """Reset + test patch (`graded_files`: each touched path's expected text), then the tests.
+
+    With `expected_tests` the command is rlyard's runner: it gets a fresh token and the exact
+    node ids on stdin, and only its verdict line carrying that token counts. Without, the exit
+    code decides (the recipe's own test commands).
+    """
     try:
         reset = sandbox.run(["python3", "-I", "-c", _RESET], timeout_s=60, stdin=json.dumps(graded_files))
     except SandboxError as e:
@@ -55,13 +65,30 @@ def grade(sandbox: Sandbox, graded_files: dict[str, str | None], test_command: s
     if reset.exit_code != 0 or "rlyard-reset-ok" not in reset.text:
         return Reward(0.0, {"passed": 0.0, "testbed_corrupted": 1.0},
                       {"error": "testbed_corrupted", "output": cut_middle(reset.text, 2000)})
+    token = secrets.token_hex(16)
+    stdin = json.dumps({"token": token, "expect": expected_tests, "xfail_ok": list(xfail_ok)}) if expected_tests is not None else None
+    limits = replace(sandbox.limits, wall_s=max(sandbox.limits.wall_s, timeout_s), cpu_s=max(sandbox.limits.cpu_s, math.ceil(timeout_s)))
     try:
-        result = sandbox.run(["/bin/bash", "-c", test_command], timeout_s=timeout_s)
+        result = sandbox.run(["/bin/bash", "-c", test_command], timeout_s=timeout_s, stdin=stdin, limits=limits)
     except SandboxError as e:
         return Reward(0.0, {"passed": 0.0}, {"error": f"sandbox: {e}"}, infra_error=True)
-    output = cut_middle(result.text, 4000)
+    output = cut_middle(result.text, 8000)
     if result.timed_out:
         return Reward(0.0, {"passed": 0.0, "verifier_timeout": 1.0},
                       {"error": f"test command timed out after {timeout_s:.0f} s", "output": output}, infra_error=timeout_is_infra)
-    passed = float(result.exit_code == 0)
-    return Reward(passed, {"passed": passed, "testbed_corrupted": 0.0}, {"exit_code": result.exit_code, "output": output})
+    if expected_tests is None:
+        passed = float(result.exit_code == 0)
+        return Reward(passed, {"passed": passed, "testbed_corrupted": 0.0, "reward_hack": 0.0},
+                      {"exit_code": result.exit_code, "output": output})
+    verdict = read_verdict(result.stdout.decode("utf-8", "replace"), token)
+    if verdict is None:
+        return Reward(0.0, {"passed": 0.0, "testbed_corrupted": 0.0, "reward_hack": 0.0},
+                      {"exit_code": result.exit_code, "error": "the runner printed no verdict", "output": output})
+    if verdict.get("infra"):
+        return Reward(0.0, {"passed": 0.0}, {"error": verdict["infra"], "output": output}, infra_error=True)
+    passed = float(verdict.get("passed") is True and not verdict.get("hack"))
+    info = {"exit_code": result.exit_code, "output": output, "verdict": verdict}
+    if verdict.get("hack"):
+        info["error"] = f"reward_hack: {verdict['hack']}: {verdict.get('reason', '')}"
+    return Reward(passed, {"passed": passed, "testbed_corrupted": 0.0, "reward_hack": float(bool(verdict.get("hack")))}, info)
+
