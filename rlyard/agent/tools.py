@@ -39,6 +39,18 @@ import json, pathlib, re, sys
 sys.excepthook = lambda kind, exc, tb: (print(f"error: {kind.__name__}: {exc}"), sys.exit(1))
 a = json.load(sys.stdin); tool = a.pop("tool")
 def fail(msg): print(msg); sys.exit(1)
+home = pathlib.Path.cwd().resolve()
+def inside(p):
+    """Paths (after links) must stay in the workspace: the sandbox's own /tmp is no place to write a fix."""
+    p = pathlib.Path(p)
+    full = (home / p).resolve()
+    if p.is_absolute() and not str(p).startswith(str(home)) or (full != home and home not in full.parents):
+        fail(f"error: {p} is outside the workspace; use a path relative to {home}")
+    return p
+for key in ("path",):
+    if key in a and a[key] not in (None, ""): inside(a[key])
+if tool == "glob" and (pathlib.PurePath(a["pattern"]).is_absolute() or ".." in pathlib.PurePath(a["pattern"]).parts):
+    fail("error: the pattern must stay inside the workspace (no absolute paths, no ..)")
 if tool == "read_file":
     p = pathlib.Path(a["path"])
     if not p.is_file(): fail(f"error: {p} is not a file")
