@@ -135,9 +135,30 @@ def cmd_envs(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
     if args.action == "validate":
         return validate_family(family, options, args.task, args.jobs)
-    for task in family.make_tasks(args.split, args.n, 0, **options):
+    tasks = family.make_tasks(args.split, args.n, 0, **options)
+    for task in tasks:
         print(json.dumps({"id": task.id, "prompt": task.prompt, "payload": task.payload}))
+    if not tasks:
+        print(f"rlyard: {no_tasks_message(family, options, args.split, args.n)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def no_tasks_message(family, options: dict, split: str, n: int) -> str:
+    """Why `envs show` printed nothing: for a user's code source, the rows loaded and the option."""
+    if n == 0:
+        return f"no tasks asked for (-n 0) in split {split}"
+    if family.name == "code" and options.get("source"):
+        from rlyard.envs.code.loaders import SourceError, check_split, load_records
+        from rlyard.envs.code.tasks import DEFAULTS
+
+        opts = {**DEFAULTS, **options}
+        records = load_records(opts["source"], opts["mirrors"], opts)
+        try:
+            check_split([], records, split, opts)
+        except SourceError as e:
+            return str(e)
+    return f"no tasks in split {split} for {family.name} with options {options or '{}'}"
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -160,8 +181,18 @@ def validate_family(family, options: dict, task_ids: list[str], jobs: int) -> in
         print(f"rlyard: {family.name} has nothing to validate (its tasks are generated with their answers)", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    with tqdm(desc=f"validate {family.name}", unit="task", leave=False) as bar:
-        checks = family.validate(options, task_ids or None, jobs, lambda check: bar.update(1))
+    bars = []  # opened at the first checked task: a source that does not load prints only its error
+
+    def tick(check) -> None:
+        if not bars:
+            bars.append(tqdm(desc=f"validate {family.name}", unit="task", leave=False))
+        bars[0].update(1)
+
+    try:
+        checks = family.validate(options, task_ids or None, jobs, tick)
+    finally:
+        for bar in bars:
+            bar.close()
     for check in sorted(checks, key=lambda c: c.task_id):
         status = "ok  " if check.ok else "FAIL"
         print(f"{status} {check.task_id:<24} base {check.base_reward} -> fixed {check.fixed_reward}  ({check.seconds:.1f} s)")
@@ -224,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"train": cmd_train, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs}[args.command](args)
     except ConfigError as exc:
+        print(f"rlyard: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        from rlyard.envs.code.loaders import SourceError
+
+        if not isinstance(exc, SourceError):  # a bad row or task file: one line, no traceback
+            raise
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -58,7 +58,7 @@ def run_oracle(task: Task, arm: str) -> Reward:
                 break
             failed = [m["content"] for m in result.messages if "[exit code 0]" not in m["content"] and "wrote" not in m["content"]]
             if failed:
-                return Reward(0.0, {}, {"error": f"a tool call failed: {failed[0][:300]}"}, infra_error=True)
+                return Reward(0.0, {}, {"error": f"a tool call failed: {failed[0]}"}, infra_error=True)
         return env.score()
     finally:
         env.close()
@@ -72,18 +72,25 @@ def check_task(task: Task, arms: tuple[str, ...] = ("bash", "edit")) -> Check:
         base = env.score()
         env.close()
         if base.infra_error:
-            return Check(task.id, None, None, f"grading at base failed: {base.info.get('error')}")
+            return Check(task.id, None, None, f"grading at base failed: {base.info.get('error')}{grader_output(base)}")
         fixed = [(arm, run_oracle(task, arm)) for arm in arms if task.payload["source"].get("files") or arm == "bash"]
-        errors = [f"{arm}: {r.info.get('error')}" for arm, r in fixed if r.infra_error]
-        errors += [f"{arm}: tests fail with the reference fix:\n{str(r.info.get('output', ''))[-1500:]}"
+        errors = [f"{arm}: {r.info.get('error')}{grader_output(r)}" for arm, r in fixed if r.infra_error]
+        errors += [f"{arm}: tests fail with the reference fix{grader_output(r)}"
                    for arm, r in fixed if not r.infra_error and r.value != 1.0]
         if not errors and base.value != 0.0:
-            errors.append("tests already pass at the base commit (the task shows nothing)")
+            errors.append(f"tests already pass at the base commit (the task shows nothing){grader_output(base)}")
         return Check(task.id, base.value, min(r.value for _, r in fixed), "\n".join(errors), time.perf_counter() - started)
     except Exception as e:  # a broken task is reported, the others still run
         return Check(task.id, None, None, f"{type(e).__name__}: {e}", time.perf_counter() - started)
     finally:
         env.close()
+
+
+def grader_output(reward: Reward) -> str:
+    """The grader's whole output (verify.py already bounds it), so the real error shows: a
+    ModuleNotFoundError at collection sits at the top, not in the last lines."""
+    output = str(reward.info.get("output", "")).rstrip()
+    return f":\n{output}" if output else ""
 
 
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
