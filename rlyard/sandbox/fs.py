@@ -103,6 +103,15 @@ def _mask_args(hide: tuple[Path, ...], binds: list[tuple[Path, str]]) -> list[st
     return args
 
 
+def _parents(dst: str) -> list[str]:
+    """Make the missing parents of a bind destination 0755 (bwrap would make them 0700, which
+    the sandbox uid cannot enter); `--dir` leaves a directory that exists as it is."""
+    args: list[str] = []
+    for parent in reversed(Path(dst).parents[:-1]):  # without "/"
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
 def bwrap_binds(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: tuple[Path, ...]) -> list[str]:
     """Workspace, extra read-only binds and masks, in an order where each mask wins over the
     bind that would expose it, and a ro_bind inside a masked folder (a venv in the cache) is
@@ -111,11 +120,11 @@ def bwrap_binds(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: t
     inner = [b for b in ro_binds if b not in outer]
     args = ["--bind", str(workspace), MOUNT_POINT]
     for src, dst in outer:
-        args += ["--ro-bind", str(src), dst]
+        args += [*_parents(dst), "--ro-bind", str(src), dst]
     binds = [*root_binds(), (workspace, MOUNT_POINT), *outer]
     args += _mask_args(hide, binds)
     for src, dst in inner:
-        args += ["--ro-bind", str(src), dst]
+        args += [*_parents(dst), "--ro-bind", str(src), dst]
     args += _mask_args(tuple(h for h in hide if any(_within(h, b[0]) and h != b[0] for b in inner)), inner)
     return args
 
