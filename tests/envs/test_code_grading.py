@@ -236,3 +236,38 @@ def test_the_grader_checks_the_exact_hidden_test_ids(record):
     deselect = "def pytest_collection_modifyitems(config, items):\n    items[:] = [i for i in items if 'upper' not in i.name]\n"
     _, reward = play(make_task(record), HONEST_FIX, call("write_file", path="conftest.py", content=deselect), call("submit", answer="d"))
     assert reward.value == 0.0 and "test_clamp_upper" in reward.info["output"]
+
+
+def test_a_grader_without_a_process_slot_is_an_infra_failure_not_a_zero(record):
+    env = CodeEnv()
+    try:
+        env.reset(make_task(record))
+        env.step(HONEST_FIX)
+        env.sandbox.limits = replace(env.sandbox.limits, nproc=1)  # the runner cannot start its test process
+        reward = env.score()
+        assert reward.infra_error and "cannot start the test process" in reward.info["error"], reward.info
+    finally:
+        env.close()
+
+
+def test_an_episode_holding_every_process_slot_does_not_zero_another_episodes_fix(record):
+    import threading
+
+    hog, honest = CodeEnv(), CodeEnv()
+    try:
+        hog.reset(make_task(record, "bash"))
+        honest.reset(make_task(record))
+        honest.step(HONEST_FIX)
+        # the hog fills its process budget and holds it while the other episode is graded
+        command = ("python3 -c 'import os, time\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+                   "    if pid == 0:\n        time.sleep(6); os._exit(0)\ntime.sleep(5)'")
+        thread = threading.Thread(target=hog.step, args=(call("bash", command=command),))
+        thread.start()
+        import time
+        time.sleep(1.5)
+        reward = honest.score()
+        thread.join()
+        assert reward.value == 1.0 and not reward.infra_error, reward.info
+    finally:
+        hog.close()
+        honest.close()
