@@ -394,3 +394,14 @@ def test_run_limits_replace_the_sandbox_limits_for_one_run(ws):
     r = box.run("sleep 2; echo slept", limits=Limits(wall_s=10), timeout_s=0.5)  # timeout_s still shortens
     assert r.timed_out and r.duration_s < 3
     assert box.limits == Limits(wall_s=1)
+
+
+@needs_bwrap
+@needs_root
+def test_files_of_an_earlier_run_stay_usable_including_hard_links(ws):
+    box = Sandbox(ws, LIMITS, isolation="bwrap")
+    r = box.run("umask 077; echo one > a; ln a b; mkdir d; echo two > d/c; id -u")
+    assert r.exit_code == 0, r
+    r2 = box.run("echo more >> b; cat a d/c; echo three > d/e; id -u")  # another run, another uid
+    assert r2.exit_code == 0 and r2.stdout.split()[:4] == [b"one", b"more", b"two", r2.stdout.split()[-1]], r2
+    assert r.stdout.split()[-1] != r2.stdout.split()[-1]

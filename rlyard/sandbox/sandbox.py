@@ -243,13 +243,16 @@ class Sandbox:
     def _chown_workspace(self, uid: int, gid: int) -> None:
         """Give the workspace to the run's uid without following links out of it.
 
-        Files with several hard links are skipped: one could be a host file linked in.
+        Files with several hard links are skipped (one could be a host file linked in) unless
+        an earlier run made them: owned by a uid of the pool.
         """
+        pool = self.uid_pool or default_pool()
         for root, dirs, files in os.walk(self.workspace):
             for name in [*dirs, *files, None]:
                 path = root if name is None else os.path.join(root, name)
                 st = os.lstat(path)
-                if (st.st_uid, st.st_gid) != (uid, gid) and (st.st_nlink == 1 or stat.S_ISDIR(st.st_mode)):
+                if (st.st_uid, st.st_gid) != (uid, gid) and (
+                        st.st_nlink == 1 or stat.S_ISDIR(st.st_mode) or pool.owns(st.st_uid)):
                     os.chown(path, uid, gid, follow_symlinks=False)
 
     def _lease(self) -> UidLease | None:

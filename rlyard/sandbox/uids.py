@@ -76,6 +76,9 @@ class UidPool:
         self._held: set[int] = set()
         self._ready = False
 
+    def owns(self, uid: int) -> bool:
+        return self.base <= uid < self.base + self.size
+
     def acquire(self) -> UidLease:
         with self._lock:
             if not self._ready:
