@@ -271,3 +271,18 @@ def test_an_episode_holding_every_process_slot_does_not_zero_another_episodes_fi
     finally:
         hog.close()
         honest.close()
+
+
+def test_code_episodes_refuse_a_sandbox_that_can_see_the_host_unless_told(record):
+    from rlyard.sandbox import SandboxUnavailable, require_sealed
+
+    env = CodeEnv(isolation="unshare")  # the fallback: the whole host file system is readable
+    try:
+        with pytest.raises(SandboxUnavailable, match="allow_weak_isolation"):
+            env.reset(make_task(record))
+        task = make_task(record)
+        env.reset(replace(task, payload={**task.payload, "allow_weak_isolation": True}))  # the user's explicit opt-out
+        assert not env.sandbox.sealed
+    finally:
+        env.close()
+    assert require_sealed(False, "code") is True  # bubblewrap works on this machine, so the family runs sealed

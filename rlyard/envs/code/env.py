@@ -15,7 +15,7 @@ from rlyard.agent.tools import ToolBox
 from rlyard.envs.base import ToolEnv
 from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
 from rlyard.envs.code.verify import grade
-from rlyard.sandbox import Limits, Sandbox
+from rlyard.sandbox import Limits, Sandbox, SandboxUnavailable
 from rlyard.types import Message, Reward, Task
 
 LIMITS = Limits(wall_s=120, cpu_s=120, memory_bytes=1 << 30, output_bytes=256 << 10, fsize_bytes=32 << 20)
@@ -63,6 +63,9 @@ class CodeEnv(ToolEnv):
         self.format = p["tool_format"]
         binds = {"ro_binds": tuple(p["ro_binds"])} if p.get("ro_binds") else {}
         self.sandbox = Sandbox(self.workspace, LIMITS, self.isolation, **binds)
+        if not self.sandbox.sealed and not p.get("allow_weak_isolation"):
+            raise SandboxUnavailable(f"code episodes need bubblewrap (this sandbox is {self.sandbox.isolation}, which "
+                                     "would let the policy read hidden tests); set env.options.allow_weak_isolation=true to run anyway")
         self.toolbox = ToolBox(self.sandbox, tuple(p["arms"][self.arm]), timeout_s=60)
         new_files = [path for path, text in p["graded_files"].items() if text is not None and path in p["hidden_paths"]
                      and not (self.workspace / path).exists()]

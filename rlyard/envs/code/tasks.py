@@ -23,6 +23,7 @@ import yaml
 from rlyard.envs.code.collect import collect_node_ids
 from rlyard.envs.code.repo import apply_patch, make_patch, touched_paths
 from rlyard.envs.splits import merge_options
+from rlyard.sandbox import require_sealed
 from rlyard.types import Task
 
 BUILTIN = Path(__file__).with_name("builtin")
@@ -39,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "eval_percent": 25,  # share of tasks (stable hash of the id) in the eval split; 100 = all
     "timeout_is_infra": True,  # a test command that times out: infra failure (True) or reward 0
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
+    "allow_weak_isolation": False,  # run without bubblewrap (the sandbox could then read hidden tests)
     "dataset_split": None,  # the split of a DatasetDict folder to read (needed when it has several)
 }
 
@@ -118,15 +120,19 @@ def payload(*, instance_id: str, repo: str, source: dict, problem_statement: str
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     opts = merge_options("code", split, n, options, DEFAULTS)
     check_options(opts)
+    require_sealed(bool(opts["allow_weak_isolation"]), "the code family (its tasks hold hidden tests and reference fixes)")
     if opts["source"] is None:
         records = builtin_records()
     else:
-        from rlyard.envs.code.loaders import load_records
+        from rlyard.envs.code.loaders import check_split, load_records
 
-        records = load_records(opts["source"], opts["mirrors"])
+        records = load_records(opts["source"], opts["mirrors"], opts)
     chosen = [r for r in records if split_of(r["instance_id"], int(opts["eval_percent"])) == split
               and opts["difficulty"] in (None, r["difficulty"])]
-    settings = {key: opts[key] for key in ("arms", "arm_weights", "guard", "tool_format", "timeout_is_infra")}
+    if opts["source"] is not None and n > 0:
+        check_split(chosen, records, split, opts)
+    settings = {key: opts[key] for key in ("arms", "arm_weights", "guard", "tool_format", "timeout_is_infra",
+                                           "allow_weak_isolation")}
     return [Task(id=r["instance_id"], prompt=[{"role": "user", "content": r["problem_statement"]}], env="code",
                  payload={**r, **settings, "seed": seed}, metadata={"split": split, "repo": r["repo"], "difficulty": r["difficulty"]})
             for r in chosen[:n]]
