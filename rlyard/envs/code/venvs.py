@@ -11,6 +11,7 @@ never run).
 
 Where the dependencies come from, first match wins:
     the row: `install` (a `pip install ...` command), `pip_packages`, `requirements`
+    (an empty list says: no package, do not read the metadata)
     the repository at the base commit: pyproject.toml ([project] dependencies and the
     test / tests / testing extras), setup.cfg (install_requires and those extras), setup.py
     (literal install_requires), requirements*.txt at the root (not docs ones)
@@ -56,7 +57,11 @@ def row_requirements(row: dict, read: Callable[[str], str | None]) -> tuple[list
         return install_command(str(row["install"]), read), "field 'install'"
     for field in ("pip_packages", "requirements"):
         value = row.get(field)
-        if value in (None, "", []):
+        if hasattr(value, "tolist"):  # a numpy array from parquet / pandas
+            value = value.tolist()
+        if value == []:  # said explicitly: this row needs no package (its metadata is not read)
+            return [], f"field {field!r} (empty)"
+        if value in (None, ""):
             continue
         if isinstance(value, str):
             items = value.split() if field == "pip_packages" else requirement_lines(value, read)

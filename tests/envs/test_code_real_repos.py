@@ -1,0 +1,136 @@
+"""SWE-bench rows built from REAL bug-fix commits of small public pure-Python projects.
+
+Each case names a repository, the full sha of a bug-fix commit, and the FAIL_TO_PASS /
+PASS_TO_PASS node ids (found by running the commit's test files at fix^ + the test part and at
+the fix). The test builds the row the way SWE-bench does (`row_from_commit`: base_commit = fix^,
+patch = the fix's non-test part, test_patch = its test part, both `git diff`) and proves with
+`validate` that the base scores 0 and the gold patch 1, in the sandbox (bash arm).
+
+    RLYARD_REAL_MIRRORS=/path/to/mirrors pytest tests/envs/test_code_real_repos.py
+
+The folder holds git mirrors as `<owner>__<name>` (`git clone --mirror https://github.com/o/n
+mirrors/o__n`); the `<owner>+<name>/repo` layout of rlyard's own fetch folder works too.
+RLYARD_REAL_WHEELS: a wheel folder for the cases that need packages (`pip download -d wheels
+pytz simplejson`); those cases skip without it. Without RLYARD_REAL_MIRRORS everything skips.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rlyard.envs.code import loaders
+from rlyard.envs.code.loaders import load_records, row_from_commit
+
+MIRRORS = os.environ.get("RLYARD_REAL_MIRRORS")
+WHEELS = os.environ.get("RLYARD_REAL_WHEELS")
+pytestmark = pytest.mark.skipif(not MIRRORS, reason="RLYARD_REAL_MIRRORS is not set (a folder of git mirrors <owner>__<name> "
+                                                    "of the repositories below); see the module docstring")
+
+
+@dataclass
+class Case:
+    repo: str
+    fix: str  # the bug-fix commit; base_commit is its parent
+    base: str  # fix^, written down so a rewritten mirror is noticed
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    layout: str
+    fields: dict = field(default_factory=dict)  # extra row fields
+    needs_wheels: bool = False
+    known_issue: str = ""  # an open grading issue this case shows (xfail, not strict)
+
+
+CASES = [
+    Case("pytoolz/toolz", "5a7e078c941c990dcaca53ac6920e5d5c0b1475f", "1fb2b9f1b69ab664a264944f4eafc290acce127d",
+         ["toolz/tests/test_itertoolz.py::test_partition_all"],
+         ["toolz/tests/test_itertoolz.py::test_remove", "toolz/tests/test_itertoolz.py::test_groupby",
+          "toolz/tests/test_itertoolz.py::test_groupby_non_callable"],
+         "flat package at the root, tests inside the package (toolz/tests/)"),
+    Case("more-itertools/more-itertools", "958990e22c4ab6daf434d89cf2b86d7a4a7a9e3c", "ed86a1528aa015f219f8d3385ea2ebd3f63a5212",
+         ["tests/test_more.py::SlicedTests::test_negative"],
+         ["tests/test_more.py::ChunkedTests::test_even", "tests/test_more.py::ChunkedTests::test_none",
+          "tests/test_more.py::ChunkedTests::test_odd"],
+         "flat package at the root, unittest classes in tests/; Debian ships an older more_itertools that must not shadow it"),
+    Case("tkem/cachetools", "57d2e4813d9801f97034559e22428bac6f7c6c9b", "8011b71949e8d8d81a71359cca9477d67a2c9c0b",
+         ["tests/test_cachedmethod.py::AutospecTest::test_autospec_no_warnings"],
+         ["tests/test_cachedmethod.py::CacheMethodTest::test_cond_nospace", "tests/test_cachedmethod.py::CacheMethodTest::test_decorator",
+          "tests/test_cachedmethod.py::CacheMethodTest::test_decorator_attributes"],
+         "src/ layout (src/cachetools), tests/ a package"),
+    Case("pytest-dev/pluggy", "7aef3e608fddc57648daffaec23432e6893f26ff", "cc36605090dfa090777b3d69ca91132ad852c6f2",
+         ["testing/test_pluginmanager.py::test_register_while_calling[False]",
+          "testing/test_pluginmanager.py::test_register_while_calling[True]"],
+         ["testing/test_pluginmanager.py::test_plugin_double_register", "testing/test_pluginmanager.py::test_pm",
+          "testing/test_pluginmanager.py::test_has_plugin"],
+         "src/ layout, fixtures (pm, he_pm) from testing/conftest.py, parametrized ids",
+         # its `testing` extra is pytest + pytest-benchmark, which only testing/benchmark.py needs
+         fields={"pip_packages": []},
+         known_issue="pytest imports pluggy before the workspace joins sys.path, so the tests run against Debian's "
+                     "pluggy and already pass at the base; the runner must put the workspace first before pytest loads"),
+    Case("marshmallow-code/marshmallow", "8f493e66b38d71269a8388b120b537a7fbd60ca8", "cd976d5d2220a5e2f553fec2082a5d254a7019da",
+         ["tests/test_schema.py::test_fields_must_be_declared_as_instances"],
+         ["tests/test_schema.py::test_serializing_basic_object[UserSchema]",
+          "tests/test_schema.py::test_serializing_basic_object[UserMetaSchema]", "tests/test_schema.py::test_serializer_dump"],
+         "src/ layout, conftest.py fixtures importing tests.base; its tests extra (pytz, simplejson) in a venv",
+         needs_wheels=True),
+]
+
+
+def find_mirror(repo: str) -> Path | None:
+    owner, name = repo.split("/")
+    root = Path(MIRRORS)
+    for candidate in (root / f"{owner}__{name}", root / f"{owner}__{name}.git", root / f"{owner}+{name}" / "repo", root / f"{owner}+{name}"):
+        if (candidate / "HEAD").exists() or (candidate / ".git").exists():
+            return candidate.resolve()
+    return None
+
+
+def forward_options(monkeypatch, **options):
+    """Loader options through make_tasks, until tasks.py forwards them itself (see test_code_loaders)."""
+    from rlyard.envs.code import tasks
+
+    for key, default in (("wheels", None), ("build_venvs", True), ("dataset_split", None)):
+        if key not in tasks.DEFAULTS:
+            monkeypatch.setitem(tasks.DEFAULTS, key, default)
+    real = loaders.load_records
+    monkeypatch.setattr(loaders, "load_records", lambda source, mirrors=None, opts=None: real(source, mirrors, {**options, **(opts or {})}))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.repo, marks=[pytest.mark.xfail(reason=c.known_issue, strict=False)]
+                                               if c.known_issue else []) for c in CASES])
+def test_a_real_bug_fix_commit_validates_base_0_gold_1(case, tmp_path, monkeypatch):
+    from rlyard.envs.code.validate import validate
+    from rlyard.sandbox import Sandbox
+
+    mirror = find_mirror(case.repo)
+    if mirror is None:
+        pytest.skip(f"no mirror of {case.repo} in {MIRRORS}")
+    if case.needs_wheels and not WHEELS:
+        pytest.skip(f"{case.repo} needs packages: set RLYARD_REAL_WHEELS to a wheel folder")
+    if not os.environ.get("RLYARD_CACHE"):
+        monkeypatch.setenv("RLYARD_CACHE", str(tmp_path / "cache"))
+    mirrors = tmp_path / "mirrors"
+    mirrors.mkdir()
+    (mirrors / case.repo.replace("/", "__")).symlink_to(mirror)
+    row = row_from_commit(mirrors / case.repo.replace("/", "__"), case.fix, case.fail_to_pass, case.pass_to_pass,
+                          repo=case.repo, **case.fields)
+    assert row["base_commit"] == case.base
+    source = tmp_path / "rows.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    options = {"wheels": WHEELS} if case.needs_wheels else {}
+    [record] = load_records(source, mirrors, options)
+    assert record["expected_tests"] == case.fail_to_pass + case.pass_to_pass and record["xfail_ok"] == case.pass_to_pass
+    if record["ro_binds"]:
+        [venv] = record["ro_binds"]
+        if "ro_binds" not in inspect.signature(Sandbox).parameters:
+            pytest.skip("Sandbox(..., ro_binds=...) has not landed yet")
+        probe = Sandbox(tmp_path, ro_binds=(venv,)).run(["/bin/sh", "-c", f"{venv}/bin/python -c 'print(42)'"], timeout_s=30)
+        if probe.text.strip() != "42":
+            pytest.xfail(f"the sandbox cannot run the venv it binds read-only: {probe.text.strip()[:200]}")
+    forward_options(monkeypatch, **options)
+    [check] = validate({"source": str(source), "mirrors": str(mirrors)}, jobs=1)
+    assert (check.base_reward, check.fixed_reward) == (0.0, 1.0), f"{case.repo} ({case.layout}):\n{check.error}"
