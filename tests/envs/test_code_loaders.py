@@ -509,3 +509,15 @@ def test_the_cli_prints_a_bad_row_as_one_line_and_exits_2(mirror, tmp_path, caps
     assert main(["envs", action, "code", "-o", f"source={tmp_path / 'rows.jsonl'}", "-o", f"mirrors={root}"]) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith(f"rlyard: {tmp_path / 'rows.jsonl'}: row 2: field 'FAIL_TO_PASS': "), err
+
+
+def test_validate_shows_the_real_error_of_the_grader(mirror, tmp_path):
+    """A missing dependency: the ModuleNotFoundError at collection is in the report, not cut off."""
+    from rlyard.envs.code.validate import validate
+
+    root, base = mirror
+    test = "import nosuchdependency\nfrom calc import double\n\n\ndef test_double():\n    assert double(4) == 8\n"
+    row = swebench_row(base, test_patch=make_patch({"tests/test_double.py": None}, {"tests/test_double.py": test}))
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    [check] = validate({"source": str(tmp_path / "rows.jsonl"), "mirrors": str(root)})
+    assert not check.ok and "ModuleNotFoundError: No module named 'nosuchdependency'" in check.error, check.error
