@@ -521,3 +521,17 @@ def test_validate_shows_the_real_error_of_the_grader(mirror, tmp_path):
     (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
     [check] = validate({"source": str(tmp_path / "rows.jsonl"), "mirrors": str(root)})
     assert not check.ok and "ModuleNotFoundError: No module named 'nosuchdependency'" in check.error, check.error
+
+
+def test_a_recipe_test_command_keeps_its_pythonpath(tmp_path):
+    """The module lives in lib/; only the command's own PYTHONPATH=lib makes it importable."""
+    from rlyard.envs.code.validate import validate
+
+    workdir = tmp_path / "calc"
+    (workdir / "lib").mkdir(parents=True)
+    (workdir / "lib" / "calc.py").write_text(BUGGY)
+    row = recipe_row("calc", test_command="PYTHONPATH=lib python3 -m pytest -q -p no:cacheprovider tests/test_double.py",
+                     patch=make_patch({"lib/calc.py": BUGGY}, {"lib/calc.py": FIXED}), timeout=200)
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    [check] = validate({"source": str(tmp_path / "rows.jsonl")})
+    assert (check.base_reward, check.fixed_reward) == (0.0, 1.0), check.error
