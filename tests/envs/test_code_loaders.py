@@ -359,18 +359,6 @@ def wheel_rows(tmp_path_factory):
     return root / "rows.jsonl", mirrors, wheels
 
 
-def forward_options(monkeypatch, **options):
-    """The loader options reach load_records through make_tasks once tasks.py forwards them
-    (`load_records(opts["source"], opts["mirrors"], opts)`); until then, forward them here."""
-    from rlyard.envs.code import tasks
-
-    for key, default in (("wheels", None), ("build_venvs", True), ("dataset_split", None)):
-        if key not in tasks.DEFAULTS:
-            monkeypatch.setitem(tasks.DEFAULTS, key, default)
-    real = loaders.load_records
-    monkeypatch.setattr(loaders, "load_records", lambda source, mirrors=None, opts=None: real(source, mirrors, {**options, **(opts or {})}))
-
-
 def test_a_row_gets_its_own_venv_and_the_workspace_wins_over_an_installed_copy(wheel_rows, tmp_path, monkeypatch):
     from rlyard.envs.code.validate import validate
     from rlyard.sandbox import Sandbox
@@ -390,8 +378,7 @@ def test_a_row_gets_its_own_venv_and_the_workspace_wins_over_an_installed_copy(w
     probe = Sandbox(tmp_path, ro_binds=(venv,)).run(["/bin/sh", "-c", f"{venv}/bin/python -c 'print(42)'"], timeout_s=30)
     if probe.text.strip() != "42":  # bwrap makes the missing parents of a bind target 0700: the uid cannot enter
         pytest.xfail(f"the sandbox cannot run the venv it binds read-only: {probe.text.strip()[:200]}")
-    forward_options(monkeypatch, wheels=str(wheels))
-    [check] = validate({"source": str(source), "mirrors": str(mirrors)})
+    [check] = validate({"source": str(source), "mirrors": str(mirrors), "wheels": str(wheels)})
     assert (check.base_reward, check.fixed_reward) == (0.0, 1.0), check.error
 
 
@@ -454,7 +441,6 @@ def test_datasetdict_folders_need_a_split_when_they_hold_several(mirror, tmp_pat
         load_records(tmp_path / "two", root)
     with pytest.raises(RowError, match=r"dataset_split='train' is not a split of this DatasetDict; its splits: dev, test"):
         load_records(tmp_path / "two", root, {"dataset_split": "train"})
-    forward_options(monkeypatch, dataset_split="test")
     [task] = make_tasks("eval", 5, 0, source=str(tmp_path / "two"), mirrors=str(root), eval_percent=100, dataset_split="test")
     assert task.id == "owner__calc-1"
 

@@ -68,9 +68,8 @@ CASES = [
           "testing/test_pluginmanager.py::test_has_plugin"],
          "src/ layout, fixtures (pm, he_pm) from testing/conftest.py, parametrized ids",
          # its `testing` extra is pytest + pytest-benchmark, which only testing/benchmark.py needs
-         fields={"pip_packages": []},
-         known_issue="pytest imports pluggy before the workspace joins sys.path, so the tests run against Debian's "
-                     "pluggy and already pass at the base; the runner must put the workspace first before pytest loads"),
+         # pytest itself runs on the sandbox's pluggy; the runner drops it from sys.modules so the tests import this one
+         fields={"pip_packages": []}),
     Case("marshmallow-code/marshmallow", "8f493e66b38d71269a8388b120b537a7fbd60ca8", "cd976d5d2220a5e2f553fec2082a5d254a7019da",
          ["tests/test_schema.py::test_fields_must_be_declared_as_instances"],
          ["tests/test_schema.py::test_serializing_basic_object[UserSchema]",
@@ -87,17 +86,6 @@ def find_mirror(repo: str) -> Path | None:
         if (candidate / "HEAD").exists() or (candidate / ".git").exists():
             return candidate.resolve()
     return None
-
-
-def forward_options(monkeypatch, **options):
-    """Loader options through make_tasks, until tasks.py forwards them itself (see test_code_loaders)."""
-    from rlyard.envs.code import tasks
-
-    for key, default in (("wheels", None), ("build_venvs", True), ("dataset_split", None)):
-        if key not in tasks.DEFAULTS:
-            monkeypatch.setitem(tasks.DEFAULTS, key, default)
-    real = loaders.load_records
-    monkeypatch.setattr(loaders, "load_records", lambda source, mirrors=None, opts=None: real(source, mirrors, {**options, **(opts or {})}))
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.repo, marks=[pytest.mark.xfail(reason=c.known_issue, strict=False)]
@@ -131,6 +119,5 @@ def test_a_real_bug_fix_commit_validates_base_0_gold_1(case, tmp_path, monkeypat
         probe = Sandbox(tmp_path, ro_binds=(venv,)).run(["/bin/sh", "-c", f"{venv}/bin/python -c 'print(42)'"], timeout_s=30)
         if probe.text.strip() != "42":
             pytest.xfail(f"the sandbox cannot run the venv it binds read-only: {probe.text.strip()[:200]}")
-    forward_options(monkeypatch, **options)
-    [check] = validate({"source": str(source), "mirrors": str(mirrors)}, jobs=1)
+    [check] = validate({"source": str(source), "mirrors": str(mirrors), **options}, jobs=1)
     assert (check.base_reward, check.fixed_reward) == (0.0, 1.0), f"{case.repo} ({case.layout}):\n{check.error}"

@@ -77,6 +77,16 @@ src = os.path.join(root, "src")
 if os.path.isdir(src) and any(n.endswith(".py") or os.path.isfile(os.path.join(src, n, "__init__.py")) for n in os.listdir(src)):
     front.append(src)
 sys.path[:0] = [*front, root]
+# pytest's own dependencies were imported from the sandbox's Python before the workspace joined
+# sys.path; where the workspace has its own copy (a repository that is pluggy), the tests get it.
+ours = set()
+for folder in [*front, root]:
+    for name in (os.listdir(folder) if os.path.isdir(folder) else []):
+        if name.endswith(".py") or os.path.isfile(os.path.join(folder, name, "__init__.py")):
+            ours.add(name[:-3] if name.endswith(".py") else name)
+ours -= {*sys.stdlib_module_names, "pytest", "_pytest", "py"}
+for name in [m for m in sys.modules if m.split(".")[0] in ours]:
+    del sys.modules[name]
 args = ["-q", "-p", "no:cacheprovider", "--rootdir", root, *(["--collect-only"] if config.get("collect") else []), *config["args"]]
 code = pytest.main(args, plugins=[Recorder()])
 with os.fdopen(report_fd, "w") as pipe:

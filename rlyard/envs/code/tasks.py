@@ -41,7 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "timeout_is_infra": True,  # a test command that times out: infra failure (True) or reward 0
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
     "allow_weak_isolation": False,  # run without bubblewrap (the sandbox could then read hidden tests)
-    "dataset_split": None,  # the split of a DatasetDict folder to read (needed when it has several)
+    "dataset_split": None,
+    "wheels": None,  # a local wheel folder for the per-repository venvs (pip --no-index --find-links)
+    "build_venvs": True,  # build a cached venv per repository for SWE-bench rows that need packages  # the split of a DatasetDict folder to read (needed when it has several)
 }
 
 
@@ -134,7 +136,8 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     settings = {key: opts[key] for key in ("arms", "arm_weights", "guard", "tool_format", "timeout_is_infra",
                                            "allow_weak_isolation")}
     return [Task(id=r["instance_id"], prompt=[{"role": "user", "content": r["problem_statement"]}], env="code",
-                 payload={**r, **settings, "seed": seed}, metadata={"split": split, "repo": r["repo"], "difficulty": r["difficulty"]})
+                 payload={**r, **settings, "seed": seed}, metadata={"split": split, "repo": r["repo"], "difficulty": r["difficulty"],
+                                               **({"difficulty_raw": r["difficulty_raw"]} if r.get("difficulty_raw") else {})})
             for r in chosen[:n]]
 
 
