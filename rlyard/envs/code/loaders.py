@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlyard.envs.code.repo import PatchError, RepoError, apply_patch, commits_past, git, make_patch, touched_paths
-from rlyard.envs.code.tasks import RUNNER, RUNNER_PATH, payload, runner_command
+from rlyard.envs.code.tasks import RUNNER, RUNNER_PATH, payload, runner_command, trusted_test_paths
 
 SWEBENCH_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
 RECIPE_FIELDS = ("instance_id", "workdir", "problem_statement", "test_patch", "test_command", "timeout")
@@ -264,7 +264,9 @@ def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] |
     hidden = touched_paths(test_patch)
     expected = list(dict.fromkeys(fail + keep))
     files = list(dict.fromkeys(test_file(t) for t in expected))
-    base = base_versions(list(dict.fromkeys(hidden + files)), read)
+    listing = git("ls-tree", "-r", "--name-only", commit, cwd=mirror).decode().splitlines()
+    guarded = trusted_test_paths(files, listing)
+    base = base_versions(list(dict.fromkeys(hidden + files + guarded)), read)
     try:
         graded = apply_patch({p: base[p] for p in hidden}, test_patch)
     except PatchError as e:
@@ -283,7 +285,7 @@ def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] |
     record = payload(instance_id=str(row["instance_id"]), repo=row["repo"], source={"mirror": str(mirror), "base_commit": commit},
                      problem_statement=row["problem_statement"], test_patch=test_patch, patch=row["patch"],
                      test_command=runner_command(expected, python=python), timeout_s=timeout_s, base_files=base,
-                     difficulty=difficulty, extra_reset=[f for f in files if f not in hidden], expected_tests=expected,
+                     difficulty=difficulty, extra_reset=[f for f in files + guarded if f not in hidden], expected_tests=expected,
                      xfail_ok=[t for t in keep if t not in fail], ro_binds=binds)
     record["difficulty_raw"] = difficulty_raw
     return record

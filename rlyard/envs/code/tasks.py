@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -74,6 +74,7 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
                 raise ValueError(f"{task_dir}/base: {stray} are not files of {repo_dir.name}/repo")
             hidden = {f"tests/{path}": text for path, text in read_tree(task_dir / "tests").items()}
             base = {**clean, **overlay}
+            guarded = trusted_test_paths(sorted({*hidden, *visible_tests}), sorted(base))
             test_patch = make_patch({p: base.get(p) for p in hidden} | {RUNNER_PATH: None}, hidden | {RUNNER_PATH: RUNNER})
             tests = sorted({p for p in hidden if Path(p).name.startswith("test_")} | set(visible_tests))
             gold = {**clean, **hidden, RUNNER_PATH: RUNNER}
@@ -82,11 +83,32 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
                 problem_statement=meta["problem_statement"].strip(), test_patch=test_patch,
                 patch=make_patch({p: overlay[p] for p in overlay}, {p: clean[p] for p in overlay}),
                 test_command=runner_command(tests), timeout_s=float(meta.get("timeout_s", 60)),
-                base_files={p: base.get(p) for p in [*hidden, RUNNER_PATH, *visible_tests]},
-                difficulty=meta["difficulty"], extra_reset=visible_tests)))
+                base_files={p: base.get(p) for p in [*hidden, RUNNER_PATH, *visible_tests, *guarded]},
+                difficulty=meta["difficulty"], extra_reset=[*visible_tests, *guarded])))
     with ThreadPoolExecutor(max_workers=2) as pool:  # one sandboxed collection per task, cached
         expected = list(pool.map(lambda r: collect_node_ids(r["gold"], r["tests"], runner_command(["--collect", *r["tests"]])), records))
     return [payload(**r["fields"], expected_tests=ids) for r, ids in zip(records, expected)]
+
+
+TEST_DIRS = ("tests", "test", "testing")
+
+
+def trusted_test_paths(test_files: list[str], listing: list[str]) -> list[str]:
+    """Paths reset to their trusted version at grading besides the test files themselves.
+
+    The policy must not change what the hidden tests import or which fixtures they get: the
+    `conftest.py` of every folder above a test file (absent ones stay absent), and every Python
+    file of the test folder (`tests/`, `test/`, `testing/`) that holds it. `listing`: the base tree.
+    """
+    out: list[str] = []
+    for path in test_files:
+        parts = PurePosixPath(path).parts[:-1]
+        out += ["/".join([*parts[:i], "conftest.py"]) for i in range(len(parts) + 1)]
+        top = next((i for i, part in enumerate(parts) if part in TEST_DIRS), None)
+        if top is not None:
+            prefix = "/".join(parts[:top + 1]) + "/"
+            out += [p for p in listing if p.startswith(prefix) and p.endswith(".py")]
+    return [p for p in dict.fromkeys(out) if p not in test_files]
 
 
 def runner_command(tests: list[str], python: str = "python3") -> str:
