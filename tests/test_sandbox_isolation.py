@@ -405,3 +405,13 @@ def test_files_of_an_earlier_run_stay_usable_including_hard_links(ws):
     r2 = box.run("echo more >> b; cat a d/c; echo three > d/e; id -u")  # another run, another uid
     assert r2.exit_code == 0 and r2.stdout.split()[:4] == [b"one", b"more", b"two", r2.stdout.split()[-1]], r2
     assert r.stdout.split()[-1] != r2.stdout.split()[-1]
+
+
+@pytest.mark.skipif(not unshare_available(), reason="unshare cannot start here")
+def test_unshare_starts_when_a_hidden_path_lies_under_tmp(ws, tmp_path):
+    """A checkout under /tmp (CI's clean clone) puts the package there: /tmp's fresh tmpfs hides it."""
+    secret = tmp_path / "pkg"
+    secret.mkdir()
+    (secret / "hidden.txt").write_text("answer")
+    r = Sandbox(ws, isolation="unshare", hide=(secret,)).run(f"cat {secret}/hidden.txt; echo ran")
+    assert b"ran" in r.stdout and b"answer" not in r.stdout

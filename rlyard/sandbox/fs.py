@@ -129,16 +129,18 @@ def bwrap_binds(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: t
     return args
 
 
-def unshare_mask_script(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: tuple[Path, ...]) -> str:
+def unshare_mask_script(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: tuple[Path, ...],
+                        covered: tuple[str, ...] = ()) -> str:
     """Shell (run as root in the new mount namespace) that masks what it safely can.
 
     Under unshare the host tree is the sandbox's tree, so a masked folder that contains the
-    workspace or a ro_bind is left visible (masking it would hide those too).
+    workspace or a ro_bind is left visible (masking it would hide those too). Paths under
+    `covered` (folders that get a fresh tmpfs first, such as /tmp) are hidden already.
     """
     cmds = []
     keep = [workspace, *(src for src, _ in ro_binds)]
     for h in hide:
-        if not h.exists() or any(_within(k, h) for k in keep):
+        if not h.exists() or any(_within(k, h) for k in keep) or any(_within(h, Path(c)) for c in covered):
             continue
         if h.is_dir():
             cmds.append(f"mount -t tmpfs -o size={MASK_TMPFS_BYTES},mode=0555 tmpfs {shlex.quote(str(h))}")

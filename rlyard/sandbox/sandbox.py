@@ -221,9 +221,9 @@ class Sandbox:
     def _unshare_argv(self, argv: list[str], lim: Limits, ident: tuple[int, int] | None, started_fd: int) -> list[str]:
         # World-writable host dirs get a private tmpfs so the sandbox uid cannot leave files on
         # the host; rlyard's package, the cache and `hide` are masked where that is possible.
-        mounts = "; ".join(f"mount -t tmpfs -o size={lim.tmp_bytes} tmpfs {d}"
-                           for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d))
-        masks = fs.unshare_mask_script(self.workspace, self.ro_binds, self.hide)
+        private = tuple(d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(d))
+        mounts = "; ".join(f"mount -t tmpfs -o size={lim.tmp_bytes} tmpfs {d}" for d in private)
+        masks = fs.unshare_mask_script(self.workspace, self.ro_binds, self.hide, covered=private)
         if masks:
             mounts = f"{mounts} && {masks}" if mounts else masks
         user = [] if self.as_root else ["--user", "--map-root-user"]

@@ -33,6 +33,7 @@ KEEP_HEAD, KEEP_TAIL = 6000, 24000
 
 CHILD = r"""
 import json, os, sys
+_dumps, _write, _close = json.dumps, os.write, os.close  # bound before any repository code can patch them
 config = json.loads(sys.stdin.read())
 null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
 report_fd, token, canaries = config["fd"], config["token"], config["canaries"]
@@ -89,8 +90,10 @@ for name in [m for m in sys.modules if m.split(".")[0] in ours]:
     del sys.modules[name]
 args = ["-q", "-p", "no:cacheprovider", "--rootdir", root, *(["--collect-only"] if config.get("collect") else []), *config["args"]]
 code = pytest.main(args, plugins=[Recorder()])
-with os.fdopen(report_fd, "w") as pipe:
-    pipe.write(json.dumps({"token": token, "exit": int(code), "outcomes": outcomes, "collected": collected}))
+data = memoryview(_dumps({"token": token, "exit": int(code), "outcomes": outcomes, "collected": collected}).encode())
+while data:
+    data = data[_write(report_fd, data):]
+_close(report_fd)
 """
 
 
