@@ -311,3 +311,17 @@ def test_code_episodes_refuse_a_sandbox_that_can_see_the_host_unless_told(record
     finally:
         env.close()
     assert require_sealed(False, "code") is True  # bubblewrap works on this machine, so the family runs sealed
+
+
+PLANT = ("python3 -c \"import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+         "print('planted', libc.syscall(248, b'user', b'rlyard-plant', b'HIDDEN-TEST-TEXT', 16, -4), ctypes.get_errno())\"")
+FETCH = ("python3 -c \"import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+         "print('found', libc.syscall(250, 10, -4, b'user', b'rlyard-plant', 0), ctypes.get_errno())\"")
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="syscall numbers of x86_64")
+def test_a_key_planted_in_one_episode_is_not_readable_in_the_next(record):
+    planted, _ = play(make_task(record, "bash"), call("bash", command=PLANT))
+    found, _ = play(make_task(record, "bash"), call("bash", command=FETCH))
+    assert "planted -1 1" in planted[0], planted  # add_key: EPERM from the seccomp filter
+    assert "found -1 1" in found[0], found  # keyctl(KEYCTL_SEARCH) denied as well: nothing to read back
