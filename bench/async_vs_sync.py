@@ -2,6 +2,7 @@
 
     python bench/async_vs_sync.py                     # arith + the embedded model with LoRA, ~15 min on 2 CPUs
     python bench/async_vs_sync.py --task toy          # a tiny random llama on a toy task, ~3 min
+    python bench/async_vs_sync.py --seeds 0 1 2 --json bench/results/async_vs_sync.json   # every run, mean and spread
     python bench/async_vs_sync.py --steps 40 --workers 12 --delay-sigma 1.5
 
 Every reply is graded by a service with lognormal latency (median --delay-median s, log-std
@@ -26,8 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -201,6 +205,7 @@ def main() -> None:
     parser.add_argument("--lora", action=argparse.BooleanOptionalAction, help="LoRA (default for arith) or full fine-tuning (toy)")
     parser.add_argument("--threads", type=int, help="torch threads, both modes; default 1 (several rollout threads share 2 cores)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", help="run both modes once per seed and report the mean and spread of the ratios")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, for both modes")
     parser.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"], help="e.g. only one, to tune")
@@ -210,15 +215,37 @@ def main() -> None:
         if hasattr(args, key) and getattr(args, key) is None:
             setattr(args, key, value)
     TARGET = args.target
-    with tempfile.TemporaryDirectory(prefix="rlyard-async-bench-") as tmp:
-        root = args.keep or Path(tmp)
-        model = args.model or str(tiny_model_dir(root / "model", stop_logit=5.5))  # only toy has no default model
-        results = [run_mode(mode, args, model, root) for mode in args.modes]
-    if args.modes != ["sync", "async"]:
-        print(json.dumps(results, indent=2))
-        return
+    seeds = args.seeds or [args.seed]
+    per_seed = []
+    for seed in seeds:
+        args.seed = seed
+        with tempfile.TemporaryDirectory(prefix="rlyard-async-bench-") as tmp:
+            root = (args.keep / f"seed{seed}") if args.keep else Path(tmp)
+            model = args.model or str(tiny_model_dir(root / "model", stop_logit=5.5))  # only toy has no default model
+            results = [run_mode(mode, args, model, root) for mode in args.modes]
+        if args.modes != ["sync", "async"]:
+            print(json.dumps(results, indent=2))
+            continue
+        per_seed.append(report(args, results, seed))
+    if len(per_seed) > 1:
+        for key in ("ratio_trajectories", "ratio_tokens"):
+            values = [r[key] for r in per_seed]
+            print(f"{key}: mean {statistics.fmean(values):.2f}x, sd {statistics.stdev(values):.2f}, "
+                  f"min {min(values):.2f}x, max {max(values):.2f}x over seeds {seeds}")
+        for mode in ("sync", "async"):
+            acc = [next(r for r in s["results"] if r["mode"] == mode)["heldout_accuracy"] for s in per_seed]
+            if None not in acc:
+                print(f"{mode} held-out accuracy: mean {statistics.fmean(acc):.1%}, sd {statistics.stdev(acc):.1%}")
+    if args.json and per_seed:
+        settings = {k: str(v) for k, v in vars(args).items() if k not in ("json", "keep", "seed", "seeds")}
+        args.json.write_text(json.dumps({"command": "python bench/async_vs_sync.py " + " ".join(sys.argv[1:]).replace(str(args.json), args.json.name),
+                                         "commit": commit(), "settings": settings, "seeds": per_seed,
+                                         "load_average_end": os.getloadavg()}, indent=2))
+
+
+def report(args, results: list[dict], seed: int) -> dict:
     sync, async_ = results
-    print(f"\ntask {args.task}, model {args.model or 'tiny random llama'}{' + LoRA' if args.lora else ''}; {args.steps} steps x {args.prompts} prompts x {args.n} samples; "
+    print(f"\nseed {seed}: task {args.task}, model {args.model or 'tiny random llama'}{' + LoRA' if args.lora else ''}; {args.steps} steps x {args.prompts} prompts x {args.n} samples; "
           f"grading latency lognormal(median {args.delay_median} s, sigma {args.delay_sigma}); async: {args.workers} workers, "
           f"max_staleness {args.max_staleness} ({args.policy}), {args.threads} torch thread(s), decoupled PPO")
     print(f"| mode | train s | trajectories/s | trained tokens/s | reward first {max(1, args.steps // 4)} steps | reward last | held-out accuracy |")
@@ -230,11 +257,20 @@ def main() -> None:
     ratio = async_["trajectories_per_s"] / sync["trajectories_per_s"]
     token_ratio = async_["trained_tokens_per_s"] / sync["trained_tokens_per_s"]
     print(f"async / sync: {ratio:.2f}x trajectories/s, {token_ratio:.2f}x trained tokens/s; "
-          f"async staleness mean {async_['staleness_mean']:.2f}, stale groups dropped {async_['stale_groups_dropped']:.0f}")
-    if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results,
-                                         "ratio_trajectories": ratio, "ratio_tokens": token_ratio}, indent=2))
+          f"async staleness mean {async_['staleness_mean']:.2f}, stale groups dropped {async_['stale_groups_dropped']:.0f}; "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return {"seed": seed, "results": results, "ratio_trajectories": ratio, "ratio_tokens": token_ratio,
+            "load_average": os.getloadavg()}
 
+
+def commit() -> str:
+    """The code version the figures come from (`+dirty` when the checkout had uncommitted changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 if __name__ == "__main__":
     main()
