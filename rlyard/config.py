@@ -260,15 +260,26 @@ class _Yaml12Loader(yaml.SafeLoader):
     """YAML 1.2 floats: `2e-5` is a float (PyYAML's YAML 1.1 rules want `2.0e-5`)."""
 
 
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
-    list("-+0123456789."),
-)
+class _Yaml12Dumper(yaml.SafeDumper):
+    """Quotes every string that `_Yaml12Loader` would read as something else (`"1e5"`), so a saved
+    config reads back equal."""
+
+
+# A float needs at least one digit: a bare `+`, `-` or `.` (e.g. `ops: +`) stays a string.
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?$"
+                           r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$")
+for _cls in (_Yaml12Loader, _Yaml12Dumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
 
 
 def read_yaml(text: str) -> Any:
+    """The loader of every config the CLI reads: config files, overrides, presets, a run's config.yaml."""
     return yaml.load(text, Loader=_Yaml12Loader)
+
+
+def write_yaml(data: Any) -> str:
+    """YAML that `read_yaml` reads back equal (strings that look like numbers are quoted)."""
+    return yaml.dump(data, Dumper=_Yaml12Dumper, sort_keys=False, allow_unicode=True)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -322,9 +333,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     data: dict = {}
     source = "defaults"
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist")
+        path = resolve_config_path(path)
         try:
             data = read_yaml(path.read_text()) or {}
         except yaml.YAMLError as exc:
@@ -355,22 +364,61 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+# The configs shipped with the package: rlyard/configs (in a checkout a link to the top-level
+# configs/ folder; in a wheel the files themselves), so `configs/...` works from any folder.
+PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
+DEFAULT_CONFIG = "configs/quickstart.yaml"
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A config file as given (relative to the working directory), else a shipped one: `configs/X.yaml`
+    (or `X.yaml`, `X`) is looked up in the package's configs when the working directory has none."""
+    given = Path(path)
+    if given.is_file():
+        return given
+    candidates = []
+    if not given.is_absolute():
+        parts = given.parts[1:] if given.parts[:1] == ("configs",) else given.parts
+        if parts:
+            shipped = PACKAGE_CONFIGS.joinpath(*parts)
+            candidates = [shipped, shipped.with_name(shipped.name + ".yaml")] if shipped.suffix != ".yaml" else [shipped]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    shipped_names = ", ".join(f"configs/{p.name}" for p in sorted(PACKAGE_CONFIGS.glob("*.yaml"))) or f"none ({PACKAGE_CONFIGS} is missing)"
+    raise ConfigError(f"config file {path} does not exist (not in {Path.cwd()}, nor shipped with rlyard); shipped: {shipped_names}")
+
+
+def default_config_path() -> Path:
+    """configs/quickstart.yaml of the working directory, else the package's (never silent defaults)."""
+    return resolve_config_path(DEFAULT_CONFIG)
+
+
+def algo_preset_dirs() -> list[Path]:
+    """Where `algo=<name>` looks, in order: configs/algos of the working directory, then the package's."""
+    dirs: list[Path] = []
+    for folder in (Path("configs/algos"), PACKAGE_CONFIGS / "algos"):
+        if folder.is_dir() and all(folder.resolve() != d.resolve() for d in dirs):
+            dirs.append(folder)
+    return dirs
+
+
 def algo_preset_dir() -> Path:
-    """configs/algos of the working directory, else the one next to the package (like the CLI's quickstart)."""
-    local = Path("configs/algos")
-    return local if local.is_dir() else Path(__file__).resolve().parent.parent / "configs" / "algos"
+    """The first preset folder (the package's when the working directory has none)."""
+    return next(iter(algo_preset_dirs()), PACKAGE_CONFIGS / "algos")
 
 
 def algo_presets() -> list[str]:
-    folder = algo_preset_dir()
-    return sorted(path.stem for path in folder.glob("*.yaml")) if folder.is_dir() else []
+    return sorted({path.stem for folder in algo_preset_dirs() for path in folder.glob("*.yaml")})
 
 
 def load_algo_preset(name: str) -> dict:
-    path = algo_preset_dir() / f"{name}.yaml"
-    if not name or not path.is_file():
-        available = ", ".join(algo_presets()) or f"none ({algo_preset_dir()} is missing)"
-        raise ConfigError(f"algo={name}: no preset {path}; available: {available}")
+    found = [folder / f"{name}.yaml" for folder in algo_preset_dirs() if name and (folder / f"{name}.yaml").is_file()]
+    if not found:
+        looked = ", ".join(str(folder) for folder in algo_preset_dirs()) or f"{PACKAGE_CONFIGS / 'algos'} (missing)"
+        available = ", ".join(algo_presets()) or "none"
+        raise ConfigError(f"algo={name}: no preset configs/algos/{name}.yaml (looked in {looked}); available: {available}")
+    path = found[0]
     try:
         preset = read_yaml(path.read_text())
     except yaml.YAMLError as exc:
@@ -392,9 +440,16 @@ def load_run_config(run_dir: Path, overrides: list[str] = ()) -> RunConfig:
     saved = Path(run_dir) / "config.yaml"
     if not saved.exists():
         raise ConfigError(f"{run_dir} has no config.yaml: is it a run folder?")
-    data = apply_overrides(read_yaml(saved.read_text()) or {}, list(overrides))
+    try:
+        data = read_yaml(saved.read_text()) or {}
+    except (yaml.YAMLError, ValueError) as exc:
+        raise ConfigError(f"{saved} is not a readable config: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{saved} must hold a mapping at the top level")
+    data = apply_overrides(data, list(overrides))
     return build_config(data, str(saved) + (" with overrides" if overrides else ""))
 
 
 def dump_config(config: RunConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The resolved config as YAML; `read_yaml` (what --resume, eval and serve use) reads it back equal."""
+    return write_yaml(config.model_dump(mode="json"))
