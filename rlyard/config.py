@@ -95,7 +95,7 @@ class AlgoConfig(Strict):
     dual_clip_c: float = Field(3.0, gt=1.0)  # loss=dual_clip: the loss of an A < 0 token is at most c * |A|
     tis_cap: float | None = Field(None, ge=1.0)  # truncated importance sampling against the engine's logprobs; None = off
     decoupled: bool = False  # AReaL's decoupled PPO: clip around the trainer's pi_prox, weight by pi_prox / pi_behav (async data)
-    behaviour_weight_cap: float | None = Field(None, gt=1.0)  # decoupled: tokens whose pi_prox / pi_behav exceeds it get no loss
+    behaviour_weight_cap: float | None = Field(None, gt=1.0)  # decoupled: tokens whose pi_prox / pi_behav exceeds it get no loss; None = 5.0 (AReaL's legacy cap; set e.g. 1e9 for none)
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "prompt-mean", "constant"] = "token-mean"
     loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant; None = rollout.max_new_tokens
     kl_coef: float = Field(0.0, ge=0.0)  # KL to the base model (needs LoRA): a loss term, or a reward penalty
@@ -106,11 +106,11 @@ class AlgoConfig(Strict):
     lam: float = Field(1.0, ge=0.0, le=1.0)  # GAE lambda
     value_lr: float = Field(1e-3, gt=0.0)  # critic (advantage=gae): AdamW lr of the value head
     value_clip: float = Field(0.5, gt=0.0)  # critic: clip range of the value loss around the old values
-    dynamic_sampling: bool = False  # DAPO: drop groups whose rewards are all equal, sample more prompts
+    dynamic_sampling: bool = False  # DAPO: drop groups whose accuracies (verifier rewards, before penalties) are all equal, sample more prompts
     max_sampling_tries: int = Field(4, ge=1)  # dynamic sampling: rollout rounds per step, the first included
-    overlong_filter: bool = False  # DAPO: truncated samples (finish "length") get no loss
+    overlong_filter: bool = False  # DAPO: truncated samples get no loss (finish "length"; multi-turn "token_budget", "turn_token_limit")
     soft_overlong: bool = False  # DAPO: soft overlong punishment added to the reward
-    soft_overlong_max_len: int | None = Field(None, ge=1)  # L_max; None = rollout.max_new_tokens
+    soft_overlong_max_len: int | None = Field(None, ge=1)  # L_max; None = rollout.max_new_tokens, multi-turn min(agent.max_total_tokens, max_turns x max_tokens_per_turn)
     soft_overlong_cache_len: int | None = Field(None, ge=1)  # L_cache; None = L_max // 5 (the paper's 4096 of 20480)
     ppo_epochs: int = Field(1, ge=1)
     minibatches: int = Field(1, ge=1)
