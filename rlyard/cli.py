@@ -7,26 +7,21 @@ import sys
 import time
 from pathlib import Path
 
-from rlyard.config import ConfigError, load_config, load_run_config, split_config_args
+from rlyard.config import (ConfigError, default_config_path, dump_config, load_config, load_run_config, resolve_config_path,
+                           split_config_args)
 
 EPILOG = """examples:
   rlyard train                                    # quickstart: embedded SmolLM2-135M learns 2-digit addition on CPU
   rlyard train configs/quickstart.yaml algo.lr=2e-5 rollout.n=8
   rlyard train configs/quickstart.yaml algo=dapo   # a preset from configs/algos/ (grpo, dr_grpo, dapo, ppo, ...)
   rlyard train --resume runs/quickstart-20261130-101500
+  rlyard train configs/quickstart.yaml algo=dapo --print-config   # the resolved config, nothing runs
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
   rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
   rlyard agent --workspace ./repo --base-url http://127.0.0.1:8000/v1 "Fix the failing test"
   rlyard envs list
   rlyard envs validate code                       # every built-in code task: fails at base, passes when fixed
 """
-
-
-def default_config_path() -> Path | None:
-    for candidate in (Path("configs/quickstart.yaml"), Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"):
-        if candidate.exists():
-            return candidate
-    return None
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -41,6 +36,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         config = load_config(path or default_config_path(), overrides)
         run_dir = Path(config.output.run_dir or f"runs/{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.print_config:
+        source = Path(args.resume) / "config.yaml" if args.resume else resolve_config_path(path) if path else default_config_path()
+        print(f"# resolved from {source}"
+              f"{' with overrides ' + ' '.join(overrides) if overrides else ''}")
+        print(dump_config(config), end="")
+        return 0
     print(f"[rlyard] run folder: {run_dir}")
     result = train(config, run_dir, resume=bool(args.resume))
     print(f"[rlyard] done: {result.steps} steps, training {result.train_seconds / 60:.1f} min, wall time {result.wall_seconds / 60:.1f} min")
@@ -77,20 +78,47 @@ def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
     return config, components, checkpoint
 
 
+def eval_output_path(args: argparse.Namespace, config, checkpoint: Path | None) -> Path:
+    """--output, else the run folder of --checkpoint, else runs/ (never the working directory itself)."""
+    if args.output:
+        return Path(args.output)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if checkpoint is not None:
+        return checkpoint.parent.parent / f"eval-{checkpoint.name}-{stamp}.json"
+    return Path("runs") / f"eval-{config.name}-{config.env.name}-{stamp}.json"
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
     from rlyard.orchestrate.evaluate import evaluate
     from rlyard.orchestrate.sampling import agent_limits
 
+    if args.samples < 0 or args.k < 1 or (args.k > 1 and args.k > args.samples):
+        raise ConfigError(f"--k {args.k} needs --samples >= {args.k} (sampled replies per task), got --samples {args.samples}")
     config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [])
-    result = evaluate(components.engine, components.tokenizer, components.family, components.eval_tasks,
-                      config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
-                      config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature,
-                      limits=agent_limits(config))
+    tasks = components.eval_tasks
+    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} eval tasks: greedy"
+          + (f" + {args.samples} samples each (pass@{args.k})" if args.samples else ""), flush=True)
+    bar = tqdm(total=len(tasks) * (1 + args.samples), unit="episode", desc="eval", dynamic_ncols=True,
+               disable=not config.output.progress)
+
+    def tick(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+
+    try:
+        result = evaluate(components.engine, components.tokenizer, components.family, tasks,
+                          config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
+                          config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature,
+                          progress=tick, limits=agent_limits(config))
+    finally:
+        bar.close()
     model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
-    print(f"\n{'model':<12} {model_label}\n{'env':<12} {config.env.name} (eval split, {len(components.eval_tasks)} tasks)")
+    print(f"\n{'model':<12} {model_label}\n{'env':<12} {config.env.name} (eval split, {len(tasks)} tasks)")
     for key, value in result.items():
         print(f"{key:<12} {value:.4f}" if isinstance(value, float) else f"{key:<12} {value}")
-    out = Path(args.output) if args.output else Path(f"eval-{config.env.name}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out = eval_output_path(args, config, checkpoint)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model_label, "env": config.env.name, **result}, indent=2))
     print(f"saved {out}")
     return 0
@@ -208,19 +236,22 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a policy (default: the CPU quickstart)", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml)")
+    train.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml, here or shipped with rlyard)")
     train.add_argument("overrides", nargs="*", help="dotted overrides such as algo.lr=2e-5 rollout.n=8")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    train.add_argument("--print-config", action="store_true",
+                       help="print the resolved config (file, presets and overrides applied) as YAML and exit")
     ev = sub.add_parser("eval", help="greedy pass@1 and sampled pass@k on an environment's held-out split")
-    ev.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml)")
+    ev.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml, here or shipped with rlyard)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.name=countdown model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
     ev.add_argument("--checkpoint", metavar="RUN_DIR", help="a run folder (its latest checkpoint) or one checkpoint folder")
     ev.add_argument("--size", type=int, help="number of held-out tasks (default: eval.size)")
     ev.add_argument("--samples", type=int, default=0, help="samples per task for pass@k (0 = greedy only)")
     ev.add_argument("--k", type=int, default=1, help="k of pass@k (needs --samples >= k)")
-    ev.add_argument("--output", help="JSON file for the results")
+    ev.add_argument("--output", help="JSON file for the results (default: the --checkpoint run's folder, "
+                                     "eval-step_N-<time>.json; without --checkpoint runs/eval-<name>-<env>-<time>.json)")
     sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over the policy (chat with tools, completions, sessions)")
-    sv.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml)")
+    sv.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml, here or shipped with rlyard)")
     sv.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
     sv.add_argument("--checkpoint", metavar="RUN_DIR", help="serve a run's latest checkpoint (or one checkpoint folder)")
     sv.add_argument("--host", default="127.0.0.1")

@@ -23,27 +23,41 @@ def evaluate(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], max_new_tokens: int, stop_token_ids: tuple[int, ...],
     batch_size: int = 64, samples: int = 0, k: int = 1, temperature: float = 1.0, seed: int = 0, progress=None,
     limits: AgentLimits | None = None,
-) -> dict[str, float]:
-    """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`."""
+) -> dict[str, float | int]:
+    """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`.
+
+    `progress(done, total)` is called after each batch of episodes, counted as greedy episodes
+    (one per task) plus sampled ones (`samples` per task). A sampled batch holds about
+    `batch_size` episodes (at least one task), so the count moves often even with many samples.
+    Counts (`tasks`, `infra_errors`) are ints, rates floats.
+    """
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     correct, infra, lengths = 0, 0, []
     per_task_hits: list[int] = []
+    total, done = len(tasks) * (1 + samples), 0
+    tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start : start + batch_size]
         for traj in rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits):
             correct += traj.reward >= 1.0
             infra += traj.infra_error
             lengths.append(traj.num_sampled_tokens)
-        if samples:
-            sampled = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids, seed=seed + start)
-            trajs = rollout(engine, tokenizer, family, chunk, samples, sampled, limits=limits)
-            for t in range(len(chunk)):
-                per_task_hits.append(sum(tr.reward >= 1.0 for tr in trajs[t * samples : (t + 1) * samples]))
+        done += len(chunk)
         if progress is not None:
-            progress(min(start + batch_size, len(tasks)), len(tasks))
-    result = {
-        "tasks": float(len(tasks)), "accuracy": correct / max(1, len(tasks)),
-        "infra_errors": float(infra), "mean_tokens": sum(lengths) / max(1, len(lengths)),
+            progress(done, total)
+        for sub in range(0, len(chunk) if samples else 0, tasks_per_sampled_batch):
+            part = chunk[sub : sub + tasks_per_sampled_batch]
+            sampled = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
+                                     seed=seed + start + sub)
+            trajs = rollout(engine, tokenizer, family, part, samples, sampled, limits=limits)
+            for t in range(len(part)):
+                per_task_hits.append(sum(tr.reward >= 1.0 for tr in trajs[t * samples : (t + 1) * samples]))
+            done += len(part) * samples
+            if progress is not None:
+                progress(done, total)
+    result: dict[str, float | int] = {
+        "tasks": len(tasks), "accuracy": correct / max(1, len(tasks)),
+        "infra_errors": int(infra), "mean_tokens": sum(lengths) / max(1, len(lengths)),
     }
     if samples:
         result[f"pass@{k}"] = sum(pass_at_k(samples, hits, k) for hits in per_task_hits) / len(per_task_hits)
