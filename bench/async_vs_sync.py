@@ -30,7 +30,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +43,7 @@ from rlyard.envs.arith import verify as arith_verify
 from rlyard.envs.base import Family, StepResult, register
 from rlyard.orchestrate.sync import train
 from rlyard.types import Reward, Task
+from provenance import commit  # bench/ is on sys.path when a script runs
 
 TARGET = "e"  # --target
 
@@ -262,15 +262,6 @@ def report(args, results: list[dict], seed: int) -> dict:
     return {"seed": seed, "results": results, "ratio_trajectories": ratio, "ratio_tokens": token_ratio,
             "load_average": os.getloadavg()}
 
-
-def commit() -> str:
-    """The code version the figures come from (`+dirty` when the checkout had uncommitted changes)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -29,6 +30,7 @@ from rlyard.engines import HFEngine
 from rlyard.models import add_lora, load_model, load_tokenizer
 from rlyard.train import Learner
 from rlyard.types import SamplingParams, Trajectory
+from provenance import commit  # bench/ is on sys.path when a script runs
 
 
 def matmul_peak(sizes=(256, 512, 1024, 1536, 2048), seconds_each: float = 1.0) -> tuple[float, dict[int, float]]:
@@ -120,7 +122,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--no-generation", action="store_true", help="skip the decoding MFU")
     parser.add_argument("--model", default="embedded")
+    parser.add_argument("--json", type=Path, help="also write the figures (with the commit and the load) here")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"threads {torch.get_num_threads()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, load average "
@@ -145,6 +149,10 @@ def main() -> None:
           f"median {seconds:.2f} s of {', '.join(f'{t:.2f}' for t in times)}")
     print(formula)
     print(f"  = {flops / 1e9:.1f} GFLOP per step -> {flops / seconds / 1e9:.1f} GFLOP/s = {flops / seconds / 1e9 / peak:.1%} of the peak")
+    out = {"command": "python bench/mfu.py " + " ".join(sys.argv[1:]).replace(str(args.json), args.json.name if args.json else ""),
+           "commit": commit(), "threads": torch.get_num_threads(), "load_average_before": load_before,
+           "peak_gflops": peak, "peak_by_size": per_size, "train_step_seconds": times, "train_step_gflop": flops / 1e9,
+           "train_gflops": flops / seconds / 1e9, "train_mfu": flops / seconds / 1e9 / peak}
 
     if not args.no_generation:
         engine_model = load_model(args.model).eval()
@@ -164,6 +172,12 @@ def main() -> None:
         print(f"\ngeneration ({rows} rows x {new} tokens, greedy, {len(prompts)} prompts shared): {rows * new / seconds:.0f} tokens/s, "
               f"{gen_flops / seconds / 1e9:.1f} GFLOP/s = {gen_flops / seconds / 1e9 / peak:.1%} of the peak")
         print("  FLOPs = prefill 2*N_base*P per prompt + per generated token (2*N_base + 2*d*V + attn)")
+        out |= {"decode_tokens_per_s": rows * new / seconds, "decode_gflops": gen_flops / seconds / 1e9,
+                "decode_mfu": gen_flops / seconds / 1e9 / peak}
+    out["load_average_after"] = os.getloadavg()
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
 
 
 if __name__ == "__main__":

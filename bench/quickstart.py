@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,18 +21,10 @@ from pathlib import Path
 
 from rlyard.config import load_config
 from rlyard.orchestrate.sync import train
+from provenance import commit  # bench/ is on sys.path when a script runs
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
 
-
-def commit() -> str:
-    """The code version the figures come from (`+dirty` when the checkout had uncommitted changes)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> None:

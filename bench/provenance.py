@@ -1,0 +1,14 @@
+"""What every result file records about where its figures come from: the code version."""
+from __future__ import annotations
+
+import subprocess
+
+
+def commit() -> str:
+    """The commit the figures come from (`+dirty` when tracked files had uncommitted changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
