@@ -1,4 +1,7 @@
-"""rlyard.algos against the hand-computed numbers of /work/shared/ALGORITHMS.md (§1.2, §2.3, §3, §4).
+"""rlyard.algos against hand-computed numbers from the papers' formulas: GRPO (DeepSeekMath,
+arXiv:2402.03300), PPO clip (arXiv:1707.06347) and DAPO's clip-higher (arXiv:2503.14476), verl's
+loss aggregation modes, Schulman's KL estimators (joschu.net/blog/kl-approx.html); the formulas
+as rlyard implements them are in docs/algorithms.md.
 
 Every expected value is computed here from the paper formula with plain `math`, never by
 calling the function under test a second time.

@@ -1,4 +1,8 @@
-"""The algorithm zoo (estimators, policy losses, filters) against /work/shared/ALGORITHMS.md.
+"""The algorithm zoo (estimators, policy losses, filters) against the papers' formulas: GAE
+(arXiv:1506.02438), RLOO (arXiv:2402.14740), Dr. GRPO (arXiv:2503.20783), REINFORCE++
+(arXiv:2501.03262), ReMax (arXiv:2310.10505), dual-clip (arXiv:1912.09729), DAPO
+(arXiv:2503.14476), GSPO (arXiv:2507.18071), CISPO (arXiv:2506.13585), TIS (Yao et al. 2025,
+fengyao.notion.site/off-policy-rl), AReaL decoupled PPO (arXiv:2505.24298); see docs/algorithms.md.
 
 Every expected value is worked out here from the formula with plain `math` / `statistics` (or
 quoted from the formula sheet's worked numbers), never by calling the function under test twice.

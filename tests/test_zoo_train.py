@@ -2,7 +2,8 @@
 the PPO critic's checkpoint and resume, and the wiring math (advantages dispatch, per-token
 advantages, TIS, the value loss, overlong handling, dynamic sampling) checked by hand.
 
-Expected numbers come from /work/shared/ALGORITHMS.md's worked examples or are computed here
+Expected numbers come from the papers' worked formulas (cited in docs/algorithms.md: GAE
+arXiv:1506.02438, REINFORCE++ arXiv:2501.03262, DAPO arXiv:2503.14476 ...) or are computed here
 with plain Python from the formulas, never by calling the code under test twice.
 """
 from __future__ import annotations

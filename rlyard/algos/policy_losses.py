@@ -14,6 +14,10 @@ import torch
 from rlyard.algos.losses import LOG_RATIO_CLAMP, ppo_clip
 
 GSPO_LOG_RATIO_MAX = 10.0  # verl clamps log s_i <= 10 before exp
+# Decoupled PPO: tokens whose behaviour weight pi_prox / pi_behav exceeds this get no loss. AReaL's
+# legacy `behave_imp_weight_cap=5` (today `rejection_sampling: {level: token, action: mask,
+# metric: ratio, upper: 5.0}`); without a cap one very stale token can dominate the batch.
+DEFAULT_BEHAVIOUR_WEIGHT_CAP = 5.0
 
 
 def _ratio(logprobs_N: torch.Tensor, old_logprobs_N: torch.Tensor) -> torch.Tensor:
@@ -108,14 +112,16 @@ def tis_weights_sequence(
 
 def decoupled_ppo(
     logprobs_N: torch.Tensor, proximal_logprobs_N: torch.Tensor, behaviour_logprobs_N: torch.Tensor,
-    advantages_N: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, weight_cap: float | None = None,
+    advantages_N: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2,
+    weight_cap: float | None = DEFAULT_BEHAVIOUR_WEIGHT_CAP,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoupled PPO (AReaL, Fu et al., arXiv:2505.24298; Hilton et al., arXiv:2110.00641).
 
     loss_t = sg(pi_prox / pi_behav) * max(-A u_t, -A clip(u_t, 1-eps_low, 1+eps_high)), u_t = pi_theta / pi_prox.
     pi_behav generated the tokens (possibly stale), pi_prox is the trainer's frozen recompute
-    (the clipping centre). weight_cap masks (zeroes) tokens whose weight exceeds it, like AReaL's
-    legacy behave_imp_weight_cap; masked tokens are marked clipped (they carry no gradient).
+    (the clipping centre). weight_cap (default 5, AReaL's legacy behave_imp_weight_cap) masks
+    (zeroes) tokens whose weight exceeds it; masked tokens are marked clipped (they carry no
+    gradient). weight_cap=None applies no cap.
     """
     weight_N = _ratio(proximal_logprobs_N, behaviour_logprobs_N).detach()
     ppo_loss_N, clipped_N = ppo_clip(logprobs_N, proximal_logprobs_N, advantages_N, eps_low, eps_high)

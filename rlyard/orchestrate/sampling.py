@@ -34,9 +34,9 @@ def sample_batch(c: Components, config: RunConfig, step: int) -> tuple[list[Traj
     """One step's rollouts: prompts_per_step groups of n samples; with ReMax the greedy reward of
     each group's prompt (group id -> reward); sampling metrics.
 
-    DAPO dynamic sampling (algo.dynamic_sampling) drops the groups whose rewards are all equal
-    (zero advantage: no signal, only a smaller gradient) and samples fresh prompts for the missing
-    groups, at most algo.max_sampling_tries rounds in all. At the cap the batch keeps the groups it
+    DAPO dynamic sampling (algo.dynamic_sampling) drops the groups whose accuracies (verifier
+    rewards, before the overlong penalty) are all equal (no correctness signal) and samples
+    fresh prompts for the missing groups, at most algo.max_sampling_tries rounds in all. At the cap the batch keeps the groups it
     has; if it has none, the last round trains as it is.
     """
     algo, want = config.algo, config.rollout.prompts_per_step
@@ -64,11 +64,13 @@ def sample_batch(c: Components, config: RunConfig, step: int) -> tuple[list[Traj
 
 
 def informative_groups(config: RunConfig, batch: list[Trajectory]) -> list[bool]:
-    """Per trajectory: does its group have rewards that differ? Decided on the valid members only
-    (infra failures leave their group first); a group with no valid member is dropped."""
-    rewards = training_rewards(config, batch)
+    """Per trajectory: does its group's accuracy vary? The accuracy is the verifier's reward,
+    before the soft overlong penalty (DAPO §3.2; verl-recipe's filter_groups.metric=acc): length
+    penalties alone are no reason to keep a group that is all right or all wrong, nor to drop one
+    whose answers differ. Decided on the valid members only (infra failures leave their group
+    first); a group with no valid member is dropped."""
     valid = [i for i, t in enumerate(batch) if not t.infra_error]
-    keep_valid = dynamic_sampling_keep([rewards[i] for i in valid], [batch[i].group_id for i in valid])
+    keep_valid = dynamic_sampling_keep([batch[i].reward for i in valid], [batch[i].group_id for i in valid])
     informative = {batch[i].group_id for i, keep in zip(valid, keep_valid) if keep}
     return [t.group_id in informative for t in batch]
 

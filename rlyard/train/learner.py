@@ -19,7 +19,8 @@ import torch
 
 from rlyard.algos import kl_estimate, ppo_clip, token_weights
 from rlyard.algos.estimators import value_loss
-from rlyard.algos.policy_losses import cispo, decoupled_ppo, dual_clip, gspo, tis_weights
+from rlyard.algos.filters import is_truncated
+from rlyard.algos.policy_losses import DEFAULT_BEHAVIOUR_WEIGHT_CAP, cispo, decoupled_ppo, dual_clip, gspo, tis_weights
 from rlyard.models.lora import reference_mode
 from rlyard.train.critic import Critic
 from rlyard.train.logprobs import backbone_and_head, continuation_logprobs
@@ -78,6 +79,8 @@ class Learner:
         self.optimizer = torch.optim.AdamW(params, lr=algo.lr, betas=(algo.beta1, algo.beta2), weight_decay=algo.weight_decay)
         # loss_agg=constant divides by L_max: the response budget unless algo.loss_constant says otherwise
         self.loss_constant = algo.loss_constant or max_new_tokens
+        # decoupled PPO: tokens whose pi_prox / pi_behav exceeds the cap get no loss (unset = AReaL's 5)
+        self.behaviour_weight_cap = algo.behaviour_weight_cap if algo.behaviour_weight_cap is not None else DEFAULT_BEHAVIOUR_WEIGHT_CAP
         self.critic: Critic | None = None
         if algo.advantage == "gae":
             head = backbone_and_head(model)[1]
@@ -122,8 +125,10 @@ class Learner:
         }
 
     def trained_length(self, traj: Trajectory) -> int:
-        """Sampled tokens that enter the loss: none for an infra failure or, with overlong_filter, a truncated reply."""
-        if traj.infra_error or (self.algo.overlong_filter and traj.finish_reason == "length"):
+        """Sampled tokens that enter the loss: none for an infra failure or, with overlong_filter, a
+        truncated sample (a reply cut at max_new_tokens; an episode out of its token budget or with
+        a reply cut at the per-turn cap: `filters.is_truncated`)."""
+        if traj.infra_error or (self.algo.overlong_filter and is_truncated(traj.finish_reason)):
             return 0
         return traj.num_sampled_tokens
 
@@ -243,10 +248,10 @@ class Learner:
         old_T = trainer_old_T if off_policy else behaviour_T
         if algo.decoupled:
             policy_T, clipped_T = decoupled_ppo(logprobs_T, old_T, behaviour_T, advantages_T.to(device), algo.eps_low, algo.eps_high,
-                                                algo.behaviour_weight_cap)
+                                                self.behaviour_weight_cap)
             weight_T = torch.exp(old_T - behaviour_T)
             stats["behaviour_weight"] += float(weight_T.sum())
-            stats["behaviour_masked"] += float((weight_T > (algo.behaviour_weight_cap or math.inf)).sum())
+            stats["behaviour_masked"] += float((weight_T > self.behaviour_weight_cap).sum())
         else:
             policy_T, clipped_T = self._policy_loss(logprobs_T, old_T, advantages_T.to(device))
         if algo.tis_cap is not None:
