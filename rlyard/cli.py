@@ -114,9 +114,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
-    print(f"\n{'model':<12} {model_label}\n{'env':<12} {config.env.name} (eval split, {len(tasks)} tasks)")
+    width = max(12, *(len(key) for key in result))
+    print(f"\n{'model':<{width}} {model_label}\n{'env':<{width}} {config.env.name} (eval split, {len(tasks)} tasks)")
     for key, value in result.items():
-        print(f"{key:<12} {value:.4f}" if isinstance(value, float) else f"{key:<12} {value}")
+        print(f"{key:<{width}} {value:.4f}" if isinstance(value, float) else f"{key:<{width}} {value}")
     out = eval_output_path(args, config, checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model_label, "env": config.env.name, **result}, indent=2))

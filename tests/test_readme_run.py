@@ -1,0 +1,111 @@
+"""The README's own commands on the README's own run, through the CLI entry point.
+
+`rlyard train configs/quickstart.yaml` (shrunk to one step by overrides) writes a run folder
+under runs/; then `rlyard eval --checkpoint RUN`, `rlyard train --resume RUN` and
+`rlyard serve --checkpoint RUN` read that very folder back with the CLI's own loader. The
+working directory is a fresh folder, so `configs/quickstart.yaml` comes from the package.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.embedded  # the quickstart's own model (SmolLM2-135M), a few seconds a command
+
+# The quickstart with tiny sizes: one prompt, two samples of four tokens, one step.
+TINY = ["train.steps=1", "rollout.prompts_per_step=1", "rollout.n=2", "rollout.max_new_tokens=4", "env.train_size=8",
+        "eval.size=2", "eval.max_new_tokens=4", "eval.at_start=false", "eval.at_end=false", "train.threads=2"]
+
+
+def rlyard_command(*args: str) -> list[str]:
+    """The console script of this interpreter's environment when installed, else the module."""
+    script = Path(sys.executable).parent / "rlyard"
+    return [str(script), *args] if script.exists() else [sys.executable, "-m", "rlyard.cli", *args]
+
+
+def rlyard(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "120"}
+    result = subprocess.run(rlyard_command(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, f"rlyard {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory) -> tuple[Path, Path]:
+    """(working folder, run folder) of `rlyard train configs/quickstart.yaml` with tiny overrides."""
+    cwd = tmp_path_factory.mktemp("readme")
+    result = rlyard(cwd, "train", "configs/quickstart.yaml", *TINY)
+    runs = sorted((cwd / "runs").glob("quickstart-*"))
+    assert len(runs) == 1, result.stdout
+    assert f"run folder: runs/{runs[0].name}" in result.stdout
+    return cwd, runs[0]
+
+
+def test_the_saved_config_reads_back_with_the_cli_loader(readme_run):
+    from rlyard.config import load_config, load_run_config
+
+    cwd, run = readme_run
+    saved = load_run_config(run)
+    assert saved.env.options["ops"] == "+"  # the value the old loader read as a float
+    assert saved == load_config("configs/quickstart.yaml", TINY)
+    assert (run / "checkpoints" / "step_000001" / "weights.pt").exists()
+
+
+def test_eval_checkpoint_writes_into_the_run_folder(readme_run):
+    cwd, run = readme_run
+    result = rlyard(cwd, "eval", "--checkpoint", str(run.relative_to(cwd)), "--samples", "2", "--k", "2")
+    outputs = list(run.glob("eval-step_000001-*.json"))
+    assert len(outputs) == 1, result.stdout
+    assert not list(cwd.glob("*.json"))  # nothing lands in the working folder
+    data = json.loads(outputs[0].read_text())
+    assert data["tasks"] == 2 and data["infra_errors"] == 0 and 0.0 <= data["pass@2"] <= 1.0
+    assert re.search(r"^tasks +2$", result.stdout, re.M) and re.search(r"^infra_errors +0$", result.stdout, re.M)
+    assert re.search(r"^accuracy +\d\.\d{4}$", result.stdout, re.M)
+    assert "6/6" in result.stderr and "episode" in result.stderr  # the tqdm bar: 2 greedy + 2 x 2 sampled episodes
+
+
+def test_train_resume_runs_one_more_step(readme_run):
+    cwd, run = readme_run
+    result = rlyard(cwd, "train", "--resume", str(run.relative_to(cwd)), "train.steps=2")
+    assert "resumed from" in result.stdout and "step_000001" in result.stdout
+    assert (run / "checkpoints" / "step_000002" / "weights.pt").exists()
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 2
+
+
+def test_serve_checkpoint_answers_the_openai_client(readme_run):
+    openai = pytest.importorskip("openai")
+    cwd, run = readme_run
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen(rlyard_command("serve", "--checkpoint", str(run.relative_to(cwd)), "--port", "0"), cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        lines, deadline, url = [], time.monotonic() + 240, None
+        while url is None and time.monotonic() < deadline:
+            line = server.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            match = re.search(r"serving .* at (http://\S+/v1)", line)
+            url = match.group(1) if match else None
+        assert url, "rlyard serve did not start:\n" + "".join(lines)
+        client = openai.OpenAI(base_url=url, api_key="none", timeout=120)
+        assert [model.id for model in client.models.list().data] == ["embedded"]
+        reply = client.chat.completions.create(model="embedded", messages=[{"role": "user", "content": "What is 12+34?"}],
+                                               max_tokens=4, temperature=0)
+        assert reply.choices[0].message.content is not None and reply.usage.completion_tokens <= 4
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        server.stdout.close()
