@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlyard.algos.filters import is_truncated
 from rlyard.config import RunConfig, dump_config
 from rlyard.observe import MetricsLogger, TrajectoryStore, plot_reward_curve, trajectory_row
 from rlyard.observe.store import write_atomic
@@ -39,7 +40,7 @@ def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:
         "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
         "reward/pass_rate": sum(r >= 1.0 for r in rewards) / max(1, len(rewards)),
         "rollout/response_tokens": statistics.fmean(lengths),
-        "rollout/truncated_fraction": sum(t.finish_reason == "length" for t in batch) / len(batch),
+        "rollout/truncated_fraction": sum(is_truncated(t.finish_reason) for t in batch) / len(batch),
         "rollout/infra_errors": float(sum(t.infra_error for t in batch)),
         "rollout/turns": statistics.fmean(t.turns for t in batch),
     } | component_means(batch)
