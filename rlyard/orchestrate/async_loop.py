@@ -33,7 +33,7 @@ def train_async(config: RunConfig, run_dir: Path, resume: bool = False) -> RunRe
             for step in range(run.start_step, config.train.steps):
                 step_started, version = time.perf_counter(), engine.policy_version
                 # 1. wait for prompts_per_step complete groups that are fresh enough
-                groups, metrics = collect_batch(pool, config, version)
+                groups, metrics = collect_batch(pool, config, version, step)
                 waited = time.perf_counter() - step_started
                 batch = [t for g in groups for t in g.trajectories]
                 greedy = {gid: r for g in groups for gid, r in g.greedy.items()} or None
@@ -57,7 +57,7 @@ def train_async(config: RunConfig, run_dir: Path, resume: bool = False) -> RunRe
     return run.result
 
 
-def collect_batch(pool: RolloutPool, config: RunConfig, version: int) -> tuple[list[Group], dict[str, float]]:
+def collect_batch(pool: RolloutPool, config: RunConfig, version: int, step: int | None = None) -> tuple[list[Group], dict[str, float]]:
     """prompts_per_step complete groups trainable at `version`, and what was dropped on the way.
 
     Too stale (version - oldest token version > max_staleness): dropped, its task played again.
@@ -65,14 +65,25 @@ def collect_batch(pool: RolloutPool, config: RunConfig, version: int) -> tuple[l
     Dynamic sampling: groups with equal rewards are dropped; after max_sampling_tries x
     prompts_per_step tries the batch keeps what it has, or if empty the last uninformative groups
     (the sync loop's rule).
+
+    Every dropped group is settled at once, so that under staleness_policy=wait its slot goes to
+    a new group: a rejected group that kept its slot would hold the producers back while the
+    learner waits for them (a deadlock once the rejected groups fill the limit). A fallback group
+    trained after all is settled again after the step, which the task source ignores.
     """
     want, max_staleness = config.rollout.prompts_per_step, config.orchestrate.max_staleness
     kept: list[Group] = []
     uninformative: list[Group] = []
     stale = failed = 0
     buffered = pool.buffer.qsize()
+
+    def waiting_for() -> str:  # what the learner waits for, for the pool's too-long-a-wait warning
+        label = f"step {step + 1}" if step is not None else "the batch"
+        rejected = f"{stale} too stale, {failed} all failed" + (f", {len(uninformative)} uninformative" if config.algo.dynamic_sampling else "")
+        return f"{label} at policy version {version} has {len(kept)} of {want} groups kept, rejected so far: {rejected}"
+
     while len(kept) < want:
-        group = pool.get()
+        group = pool.get(waiting_for=waiting_for)
         if version - group.min_version > max_staleness:
             stale += 1
             pool.source.settle([group.ticket], requeue=True)
@@ -81,13 +92,13 @@ def collect_batch(pool: RolloutPool, config: RunConfig, version: int) -> tuple[l
             pool.source.settle([group.ticket])
         elif config.algo.dynamic_sampling and not any(informative_groups(config, group.trajectories)):
             uninformative.append(group)
+            pool.source.settle([group.ticket])  # its slot is free now, even if the fallback below trains it
             if len(kept) + len(uninformative) >= want * config.algo.max_sampling_tries:
                 if not kept:
                     kept, uninformative = uninformative[-want:], uninformative[:-want]
                 break
         else:
             kept.append(group)
-    pool.source.settle([g.ticket for g in uninformative])
     metrics = {"rollout/stale_groups_dropped": float(stale), "rollout/failed_groups_dropped": float(failed),
                "rollout/buffered_groups": float(buffered)}
     if config.algo.dynamic_sampling:

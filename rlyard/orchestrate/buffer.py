@@ -3,7 +3,11 @@ to a worker), groups (its n finished samples) and the task source that hands out
 
 The task source is also where staleness_policy=wait holds producers back: at most
 (max_staleness + 1) x prompts_per_step groups may be outstanding (handed out and neither trained
-nor dropped yet), AReaL's bound on how far generation may run ahead of training.
+nor dropped yet), AReaL's bound on how far generation may run ahead of training. Every group the
+learner drops (too stale, all failed, rejected by dynamic sampling) must be settled as soon as
+it is dropped: a dropped group that kept its slot would hold the producers back for nothing.
+Settling is idempotent per ticket, so a rejected group that a step trains after all (dynamic
+sampling's fallback) is not counted twice.
 """
 from __future__ import annotations
 
@@ -46,30 +50,42 @@ class TaskSource:
         self._cond = threading.Condition()
         self._stream, self._requeued = stream, deque()
         self._seq, self._version, self._limit = first_seq, version, limit
-        self.outstanding = 0  # tickets handed out and not yet settled
+        self._outstanding: set[int] = set()  # seq of every ticket handed out and not yet settled
         self.requeued_total = 0
         self.closed = False
 
     def take(self) -> Ticket | None:
         """The next ticket; blocks while the wait policy's limit is reached; None once closed."""
         with self._cond:
-            while not self.closed and self._limit is not None and self.outstanding >= self._limit:
+            while not self.closed and self._limit is not None and len(self._outstanding) >= self._limit:
                 self._cond.wait()
             if self.closed:
                 return None
             task = self._requeued.popleft() if self._requeued else self._stream.next(1)[0]
             ticket = Ticket(self._seq, task, self._version)
             self._seq += 1
-            self.outstanding += 1
+            self._outstanding.add(ticket.seq)
             return ticket
 
-    def settle(self, tickets: list[Ticket], requeue: bool = False) -> None:
-        """These tickets were trained on or dropped; with `requeue` their tasks are played again (first)."""
+    @property
+    def outstanding(self) -> int:
+        """Tickets handed out and not yet settled (what the wait policy's limit counts)."""
         with self._cond:
-            self.outstanding -= len(tickets)
+            return len(self._outstanding)
+
+    @property
+    def limit(self) -> int | None:
+        return self._limit
+
+    def settle(self, tickets: list[Ticket], requeue: bool = False) -> None:
+        """These tickets were trained on or dropped: their slots are free. With `requeue` their
+        tasks are played again (first). A ticket already settled is ignored (not re-queued twice)."""
+        with self._cond:
+            fresh = [t for t in tickets if t.seq in self._outstanding]
+            self._outstanding.difference_update(t.seq for t in fresh)
             if requeue:
-                self._requeued.extendleft(reversed([t.task for t in tickets]))
-                self.requeued_total += len(tickets)
+                self._requeued.extendleft(reversed([t.task for t in fresh]))
+                self.requeued_total += len(fresh)
             self._cond.notify_all()
 
     def set_version(self, version: int) -> None:

@@ -4,7 +4,9 @@ Threads, not processes: the engine is torch, which releases the GIL inside its o
 latency async mode hides is mostly tools and graders waiting (sleeps, subprocesses, HTTP).
 Each worker takes a ticket, plays the task's whole group through the same `rollout()` as sync
 mode, and puts the finished group into a bounded buffer. A worker that dies is replaced by the
-learner thread (which polls the pool), and its task is played again.
+learner thread (which polls the pool), and its task is played again. A learner that waits
+longer than LEARNER_WAIT_WARNING_S for a group says what it waits for (and again after each
+further bound), so that no configuration can hang without a word.
 """
 from __future__ import annotations
 
@@ -14,12 +16,17 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from rlyard.config import RunConfig
 from rlyard.orchestrate.buffer import Group, TaskSource, Ticket
 from rlyard.orchestrate.rollout import rollout
 from rlyard.orchestrate.sampling import agent_limits, greedy_rewards, sampling_for_step
 from rlyard.orchestrate.setup import Components
+
+# Seconds the learner may wait for one group before it warns (repeated after each further bound).
+# No orchestrate.* field holds it; a module constant, so that tests can lower it.
+LEARNER_WAIT_WARNING_S = 60.0
 
 
 class Stopped(Exception):
@@ -33,6 +40,12 @@ class SharedEngine:
     A multi-turn episode calls generate once per turn, so new weights land between its turns (a
     partial rollout; every token keeps the version that sampled it). `pinned()` instead holds the
     weights for a whole block (partial_rollouts=false).
+
+    int8 rollouts: the engine's first batches run in fp32 and measure the quantisation scales;
+    packing the int8 layers changes what a forward pass computes, so it is a write like a weight
+    update. The shared engine therefore tells the engine not to quantise inside generate (under
+    the shared lock, while other threads are mid-forward) and quantises itself, under the
+    exclusive lock, when a thread lets go of its outermost hold on the weights.
     """
 
     def __init__(self, engine):
@@ -41,6 +54,9 @@ class SharedEngine:
         self._readers = self._writers_waiting = 0
         self._writing = False
         self._local = threading.local()
+        self._quantizes = hasattr(engine, "quantize_if_calibrated")
+        if self._quantizes:
+            engine.defer_quantization = True  # ours to do, under the exclusive lock
 
     @property
     def policy_version(self) -> int:
@@ -49,6 +65,12 @@ class SharedEngine:
     @property
     def model(self):
         return self.engine.model
+
+    @property
+    def writers_waiting(self) -> int:
+        """Weight updates (or int8 packing) waiting for the forward passes in flight."""
+        with self._cond:
+            return self._writers_waiting
 
     @contextlib.contextmanager
     def pinned(self):
@@ -68,12 +90,20 @@ class SharedEngine:
                 with self._cond:
                     self._readers -= 1
                     self._cond.notify_all()
+        if depth == 0 and self._quantizes and self.engine.quantization_pending:
+            self._exclusive(self.engine.quantize_if_calibrated)  # no-op if another thread got there first
 
     def generate(self, prompts, params, n: int = 1):
         with self.pinned():
             return self.engine.generate(prompts, params, n)
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
+        self._exclusive(self.engine.update_weights, version, state_dict)
+
+    def _exclusive(self, fn, *args):
+        """Run fn once no forward pass is in flight, holding back new ones (writer preference)."""
+        if getattr(self._local, "depth", 0):
+            raise RuntimeError("a thread that holds the weights (pinned) cannot change them: it would wait for itself")
         with self._cond:
             self._writers_waiting += 1
             try:
@@ -83,7 +113,7 @@ class SharedEngine:
                 self._writers_waiting -= 1
             self._writing = True
         try:
-            self.engine.update_weights(version, state_dict)
+            return fn(*args)
         finally:
             with self._cond:
                 self._writing = False
@@ -178,14 +208,36 @@ class RolloutPool:
                 continue
         return False
 
-    def get(self, poll_s: float = 0.1) -> Group:
-        """The next finished group; replaces dead workers while it waits."""
+    def get(self, poll_s: float = 0.1, waiting_for: Callable[[], str] | None = None) -> Group:
+        """The next finished group; replaces dead workers while it waits. After each
+        LEARNER_WAIT_WARNING_S without one it warns, with `waiting_for()` (what the step has so far)."""
+        started = time.monotonic()
+        warn_at = started + LEARNER_WAIT_WARNING_S
         while True:
             self.check_workers()
             try:
-                return self.buffer.get(timeout=poll_s)
+                return self.buffer.get(timeout=max(0.001, min(poll_s, warn_at - time.monotonic())))
             except queue.Empty:
-                continue
+                now = time.monotonic()
+                if now >= warn_at:
+                    print(self.wait_warning(now - started, waiting_for() if waiting_for else ""), flush=True)
+                    warn_at = now + LEARNER_WAIT_WARNING_S
+
+    def wait_warning(self, waited_s: float, waiting_for: str = "") -> str:
+        """The learner's too-long-a-wait message: what it waits for and where the groups are."""
+        o, source = self.config.orchestrate, self.source
+        outstanding, queued, limit = source.outstanding, self.buffer.qsize(), source.limit
+        busy = sum(w.ticket is not None for w in self.workers)
+        bound = f"limit {limit}" if limit is not None else "no limit"
+        message = (f"[rlyard] warning: the learner has waited {waited_s:.1f} s for a group: {waiting_for or f'policy version {self.engine.policy_version}'}; "
+                   f"{outstanding} groups outstanding ({bound}: staleness_policy={o.staleness_policy}, max_staleness={o.max_staleness}), "
+                   f"{queued} queued in the buffer (capacity {self.buffer.maxsize}), {busy} of {len(self.workers)} workers busy, "
+                   f"{self.finished_groups} groups finished so far.")
+        if limit is not None and outstanding >= limit and not queued and not busy:
+            message += " The producers wait on the outstanding limit while the learner waits for them: a deadlock (please report it)."
+        else:
+            message += " A slow or stuck tool, grader or environment?"
+        return message
 
     def check_workers(self) -> None:
         """Replace every worker whose thread ended; its task goes back to the front of the queue."""
