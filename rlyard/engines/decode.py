@@ -86,11 +86,22 @@ class LeanDecoder:
             x = x + down(layer.mlp.act_fn(gate) * up)[0]
         return self.head(self.inner.norm(x[:, -1:]))[0][:, -1, :]
 
+    @property
+    def quantization_pending(self) -> bool:
+        """A first (fp32) batch has measured the inputs and the int8 projections are not packed yet."""
+        return bool(self.int8_projections) and any(p.packed is None for p in self.int8_projections) \
+            and self.int8_projections[0].calibrated
+
     def quantize_if_calibrated(self) -> None:
-        """After a first (fp32) batch has measured the inputs, pack every int8 projection."""
-        if self.int8_projections and self.int8_projections[0].packed is None and self.int8_projections[0].calibrated:
+        """After a first (fp32) batch has measured the inputs, pack every int8 projection.
+
+        It switches every projection from fp32 to int8, so no forward pass may be in flight:
+        single-threaded, generate calls it after its batch; SharedEngine under its exclusive lock.
+        """
+        if self.quantization_pending:
             for projection in self.int8_projections:
-                projection.quantize()
+                if projection.packed is None:
+                    projection.quantize()
 
     def weights_changed(self, changed: set[int]) -> None:
         """Re-pack the int8 projections that read any parameter whose id() is in `changed`."""

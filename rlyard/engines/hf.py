@@ -94,6 +94,10 @@ class HFEngine:
             raise ValueError(f"rollout.quantize=int8 needs a llama-shaped model: {why_not}")
         self.decoder = None if why_not else LeanDecoder(model, quantize)
         self.policy_version = 0
+        # int8: generate packs the layers after the calibrating batch. A caller that runs generate
+        # from several threads (SharedEngine) sets this and calls quantize_if_calibrated itself,
+        # once no forward pass is in flight: packing mid-forward would switch layers under a batch.
+        self.defer_quantization = False
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
         """Copy `state_dict` (any subset of the weights) into the engine's model, in place; int8
@@ -127,11 +131,22 @@ class HFEngine:
         try:
             with self._autocast():
                 flat = self._generate(prompts, params, n)
-            if self.decoder is not None:
-                self.decoder.quantize_if_calibrated()  # int8: that batch ran in fp32 and measured the scales
+            if not self.defer_quantization:
+                self.quantize_if_calibrated()  # int8: that batch ran in fp32 and measured the scales
         finally:
             self.model.train(was_training)
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @property
+    def quantization_pending(self) -> bool:
+        """int8: a calibrating batch has measured the scales and the layers are not packed yet."""
+        return self.decoder is not None and self.decoder.quantization_pending
+
+    def quantize_if_calibrated(self) -> None:
+        """int8: pack the layers once a batch has measured them (a no-op otherwise). Not safe while
+        another thread is inside generate: the caller must hold every forward pass back."""
+        if self.decoder is not None:
+            self.decoder.quantize_if_calibrated()
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, n: int) -> list[Completion]:
         device = next(self.model.parameters()).device

@@ -100,21 +100,28 @@ class Int8Projection(Projection):
 
     @torch.no_grad()
     def quantize(self) -> None:
-        """Fix the smoothing scales from the recorded maxima (once) and pack the int8 weight."""
+        """Fix the smoothing scales from the recorded maxima (once) and pack the int8 weight.
+
+        The first call switches the projection to int8 only once the packed layer holds its
+        weights (`packed` is assigned last). Callers still run it with no forward pass in
+        flight: a batch must not switch from fp32 to int8 between two layers, nor see a bias
+        change under a re-pack.
+        """
         weight = torch.cat([linear.weight.detach().float() for linear in self.linears])
         if self.smooth is None:
             activation = self.input_absmax.clamp(min=1e-5)
             weight_max = weight.abs().amax(dim=0).clamp(min=1e-5)
-            self.smooth = (activation**SMOOTHING_ALPHA / weight_max ** (1 - SMOOTHING_ALPHA)).clamp(min=1e-5)
-            self.inverse_smooth = 1.0 / self.smooth
+            smooth = (activation**SMOOTHING_ALPHA / weight_max ** (1 - SMOOTHING_ALPHA)).clamp(min=1e-5)
+            self.smooth, self.inverse_smooth = smooth, 1.0 / smooth
         biases = [linear.bias for linear in self.linears]
         if any(b is not None for b in biases):
             self.bias = torch.cat([b.detach().float() if b is not None else weight.new_zeros(size) for b, size in zip(biases, self.sizes)])
         with warnings.catch_warnings():  # quantized tensors are deprecated, still supported (torch 2.13)
             warnings.simplefilter("ignore")
-            if self.packed is None:
-                self.packed = _int8_linear_class()(self.in_features, weight.shape[0], bias_=False, dtype=torch.qint8)
-            self.packed.set_weight_bias(quantize_weight(weight * self.smooth), None)
+            packed = self.packed if self.packed is not None else _int8_linear_class()(
+                self.in_features, weight.shape[0], bias_=False, dtype=torch.qint8)
+            packed.set_weight_bias(quantize_weight(weight * self.smooth), None)
+        self.packed = packed
 
     def requantize(self) -> None:
         """Re-pack after the float weights changed (no-op while still calibrating)."""
