@@ -70,7 +70,7 @@ def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
         config = load_run_config(checkpoint.parent.parent, overrides)
     else:
         config = load_config(path or default_config_path(), overrides)
-    components = build(config, train=checkpoint is not None)
+    components = build(config, train=False, adapter=checkpoint is not None)  # no learner, no training tasks
     if checkpoint is not None:
         from rlyard.train import load_checkpoint
 

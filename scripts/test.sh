@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+echo "[test] ${PYTHON:-python3} -m pytest -q --timeout 900 $*"
 exec "${PYTHON:-python3}" -m pytest -q --timeout 900 "$@"

@@ -46,14 +46,16 @@ def stop_tokens(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(i for i in ids if i is not None))
 
 
-def build(config: RunConfig, train: bool = True, model=None) -> Components:
+def build(config: RunConfig, train: bool = True, model=None, adapter: bool | None = None) -> Components:
+    """The run's pieces. `train=False` builds only what sampling needs (no learner, no training
+    tasks); `adapter` (default: `train`) adds the LoRA adapter, e.g. to load a checkpoint into it."""
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     seed_everything(config.train.seed)
     tokenizer = load_tokenizer(config.model.name)
     if model is None:
         model = load_model(config.model.name, config.model.dtype, config.model.device)
-        if train and config.model.lora.enabled:
+        if (train if adapter is None else adapter) and config.model.lora.enabled:
             lora = config.model.lora
             model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
     family = get_family(config.env.name)
