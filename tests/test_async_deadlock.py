@@ -20,6 +20,7 @@ from rlyard.config import load_config
 from rlyard.envs.base import Family, SingleTurnEnv, register
 from rlyard.orchestrate.buffer import TaskSource
 from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.workers import SharedEngine
 from rlyard.types import Reward
 
 from conftest import toy_tasks, toy_verify
@@ -94,6 +95,29 @@ def test_a_learner_that_waits_too_long_says_what_it_waits_for(tmp_path, tiny_mod
     for part in ("step 1 at policy version 0", "0 of 2 groups kept", "outstanding (limit 4", "queued in the buffer", "rejected",
                  "max_staleness=1", "staleness_policy=wait", "1 of 1 workers busy"):
         assert part in warning, (part, warning)
+
+
+def test_a_weight_update_that_waits_too_long_says_what_it_waits_for(capsys, monkeypatch):
+    """partial_rollouts=false holds the weights for a whole group: the learner's push waits for it."""
+    class Engine:
+        policy_version = 0
+
+        def update_weights(self, version, state_dict=None):
+            self.policy_version = version
+
+    monkeypatch.setattr(workers, "LEARNER_WAIT_WARNING_S", 0.1)
+    shared = SharedEngine(Engine())
+    with shared.pinned():
+        pusher = threading.Thread(target=shared.update_weights, args=(1,))
+        pusher.start()
+        deadline = time.monotonic() + 10
+        while "has waited" not in (out := capsys.readouterr().out) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pusher.is_alive() and shared.policy_version == 0
+    pusher.join(5)
+    assert shared.policy_version == 1
+    assert "[rlyard] warning: the weight update to policy version 1 has waited" in out
+    assert "for 1 rollout threads that hold the weights" in out
 
 
 def test_settling_a_ticket_twice_releases_its_slot_once():

@@ -91,24 +91,34 @@ class SharedEngine:
                     self._readers -= 1
                     self._cond.notify_all()
         if depth == 0 and self._quantizes and self.engine.quantization_pending:
-            self._exclusive(self.engine.quantize_if_calibrated)  # no-op if another thread got there first
+            self._exclusive("int8 packing", self.engine.quantize_if_calibrated)  # no-op if another thread got there first
 
     def generate(self, prompts, params, n: int = 1):
         with self.pinned():
             return self.engine.generate(prompts, params, n)
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
-        self._exclusive(self.engine.update_weights, version, state_dict)
+        self._exclusive(f"the weight update to policy version {version}", self.engine.update_weights, version, state_dict)
 
-    def _exclusive(self, fn, *args):
-        """Run fn once no forward pass is in flight, holding back new ones (writer preference)."""
+    def _exclusive(self, what: str, fn, *args):
+        """Run fn once no forward pass is in flight, holding back new ones (writer preference).
+        Warns after each LEARNER_WAIT_WARNING_S that it still waits."""
         if getattr(self._local, "depth", 0):
-            raise RuntimeError("a thread that holds the weights (pinned) cannot change them: it would wait for itself")
+            raise RuntimeError(f"{what}: a thread that holds the weights (pinned) cannot change them; it would wait for itself")
         with self._cond:
             self._writers_waiting += 1
+            started = time.monotonic()
+            warn_at = started + LEARNER_WAIT_WARNING_S
             try:
                 while self._writing or self._readers:
-                    self._cond.wait()
+                    self._cond.wait(timeout=max(0.001, warn_at - time.monotonic()))
+                    now = time.monotonic()
+                    if (self._writing or self._readers) and now >= warn_at:
+                        print(f"[rlyard] warning: {what} has waited {now - started:.1f} s for {self._readers} rollout threads "
+                              f"that hold the weights (a generate call in flight, or a whole group with "
+                              f"orchestrate.partial_rollouts=false){' and another update' if self._writing else ''}. "
+                              "A slow or stuck tool, grader or environment?", flush=True)
+                        warn_at = now + LEARNER_WAIT_WARNING_S
             finally:
                 self._writers_waiting -= 1
             self._writing = True
