@@ -132,3 +132,24 @@ def test_envs_show_prints_tasks(capsys):
     assert main(["envs", "show", "arith", "-n", "2"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 2 and all(row["id"].startswith("arith-eval-") for row in rows)
+
+
+def test_eval_checkpoint_json_goes_into_the_run_folder(tiny_run, tmp_path, monkeypatch, capsys):
+    import json
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--checkpoint", str(tiny_run), "--samples", "2", "--k", "2", "output.progress=true"]) == 0
+    captured = capsys.readouterr()
+    saved = list(tiny_run.glob("eval-step_000001-*.json"))
+    assert len(saved) == 1 and not list(tmp_path.iterdir())  # the run folder, not the working folder
+    result = json.loads(saved[0].read_text())
+    assert result["tasks"] == 3 and isinstance(result["tasks"], int) and isinstance(result["infra_errors"], int)
+    assert re.search(r"^tasks +3$", captured.out, re.M) and re.search(r"^infra_errors +0$", captured.out, re.M)
+    assert "9/9" in captured.err  # the progress bar: 3 greedy + 3 x 2 sampled episodes
+    saved[0].unlink()
+
+
+def test_eval_k_above_samples_exits_2_before_loading(capsys):
+    assert main(["eval", "--k", "4"]) == 2
+    assert "--k 4 needs --samples >= 4" in capsys.readouterr().err
