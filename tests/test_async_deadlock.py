@@ -18,7 +18,7 @@ import pytest
 import rlyard.orchestrate.workers as workers
 from rlyard.config import load_config
 from rlyard.envs.base import Family, SingleTurnEnv, register
-from rlyard.orchestrate.buffer import TaskSource
+from rlyard.orchestrate.buffer import TaskSource, Ticket
 from rlyard.orchestrate.sync import train
 from rlyard.orchestrate.workers import SharedEngine
 from rlyard.types import Reward
@@ -133,3 +133,28 @@ def test_settling_a_ticket_twice_releases_its_slot_once():
     assert source.outstanding == 1
     source.settle([b, a])
     assert source.outstanding == 0
+
+
+def test_the_warning_names_a_deadlock_between_producers_and_learner():
+    """The shape of the old hang: the limit is reached, the buffer is empty and no worker is busy."""
+    import queue
+    from types import SimpleNamespace
+
+    from rlyard.orchestrate.workers import RolloutPool, Worker
+
+    class Stream:
+        def next(self, k):
+            return [object()] * k
+
+    pool = RolloutPool.__new__(RolloutPool)
+    pool.config = load_config(None, ["orchestrate.mode=async", "orchestrate.staleness_policy=wait", "orchestrate.max_staleness=1"])
+    pool.source = TaskSource(Stream(), first_seq=0, version=0, limit=2)
+    pool.source.take(), pool.source.take()
+    pool.buffer, pool.workers, pool.finished_groups = queue.Queue(maxsize=4), [Worker(0), Worker(1)], 2
+    pool.engine = SimpleNamespace(policy_version=3)
+    message = pool.wait_warning(61.0)
+    assert "waited 61.0 s for a group: policy version 3" in message
+    assert "2 groups outstanding (limit 2" in message and "0 of 2 workers busy" in message
+    assert "a deadlock" in message
+    pool.source.settle([Ticket(0, None, 0)])
+    assert "a deadlock" not in pool.wait_warning(61.0)
