@@ -14,16 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import toy_tasks, toy_verify
 
-import rlyard.orchestrate.workers as workers
 from rlyard.config import load_config
 from rlyard.envs.base import Family, SingleTurnEnv, register
+from rlyard.orchestrate import workers
 from rlyard.orchestrate.buffer import TaskSource, Ticket
 from rlyard.orchestrate.sync import train
 from rlyard.orchestrate.workers import SharedEngine
 from rlyard.types import Reward
-
-from conftest import toy_tasks, toy_verify
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from rlyard.config import RunConfig
 from rlyard.orchestrate.buffer import Group, TaskSource, Ticket
@@ -168,7 +168,7 @@ class RolloutPool:
         self.restarts = 0
         self.finished_groups = 0  # groups put into the buffer so far
 
-    def __enter__(self) -> "RolloutPool":
+    def __enter__(self) -> RolloutPool:
         for worker in self.workers:
             self._start(worker)
         return self
