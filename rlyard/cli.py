@@ -25,8 +25,6 @@ EPILOG = """examples:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rlyard.orchestrate.sync import train
-
     path, overrides = split_config_args(args.config, args.overrides)
     if args.resume:
         if path is not None:
@@ -42,6 +40,8 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"{' with overrides ' + ' '.join(overrides) if overrides else ''}")
         print(dump_config(config), end="")
         return 0
+    from rlyard.orchestrate.sync import train  # torch and the model code: not needed to resolve a config
+
     print(f"[rlyard] run folder: {run_dir}")
     result = train(config, run_dir, resume=bool(args.resume))
     print(f"[rlyard] done: {result.steps} steps, training {result.train_seconds / 60:.1f} min, wall time {result.wall_seconds / 60:.1f} min")
