@@ -239,17 +239,38 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _soft_overlong_fits(self) -> "RunConfig":
         if self.algo.soft_overlong:
-            max_len, cache_len = soft_overlong_lengths(self)
+            try:
+                from rlyard.envs import get_family  # lazy: the registry imports the families
+
+                multi_turn = get_family(self.env.name).multi_turn
+            except (KeyError, ValueError, ImportError):
+                return self  # an unknown family is reported where the run is built
+            max_len, cache_len = soft_overlong_lengths(self, multi_turn)
             if cache_len > max_len:
+                where = ("min(agent.max_total_tokens, agent.max_turns x agent.max_tokens_per_turn)" if multi_turn
+                         else "rollout.max_new_tokens")
                 raise ValueError(f"algo.soft_overlong_cache_len: must be <= L_max = {max_len} "
-                                 f"(algo.soft_overlong_max_len, default rollout.max_new_tokens), got {cache_len}")
+                                 f"(algo.soft_overlong_max_len, default {where}), got {cache_len}")
         return self
 
 
-def soft_overlong_lengths(config: RunConfig) -> tuple[int, int]:
-    """(L_max, L_cache) of DAPO's soft overlong punishment, with their defaults resolved."""
-    max_len = config.algo.soft_overlong_max_len or config.rollout.max_new_tokens
-    return max_len, config.algo.soft_overlong_cache_len or max(1, max_len // 5)
+def soft_overlong_lengths(config: RunConfig, multi_turn: bool = False) -> tuple[int, int]:
+    """(L_max, L_cache) of DAPO's soft overlong punishment (Eq. 13), defaults resolved.
+
+    L_max is `algo.soft_overlong_max_len` when set, else the most sampled tokens a sample can
+    have: single-turn, `rollout.max_new_tokens` (the paper's setting); multi-turn, the episode's
+    budget min(`agent.max_total_tokens`, `agent.max_turns` x `agent.max_tokens_per_turn`), never
+    the per-reply cap, since the replies of an episode add up. L_cache defaults to L_max // 5
+    (the paper's 4096 of 20480).
+    """
+    algo = config.algo
+    if algo.soft_overlong_max_len is not None:
+        max_len = algo.soft_overlong_max_len
+    elif multi_turn:
+        max_len = min(config.agent.max_total_tokens, config.agent.max_turns * config.agent.max_tokens_per_turn)
+    else:
+        max_len = config.rollout.max_new_tokens
+    return max_len, algo.soft_overlong_cache_len or max(1, max_len // 5)
 
 
 class ConfigError(ValueError):

@@ -257,3 +257,13 @@ def test_algorithm_tests_cite_papers_not_an_absolute_path(name):
     text = (Path(__file__).parent / name).read_text()
     assert "/work/shared" not in text
     assert "docs/algorithms.md" in text
+
+
+def test_the_config_check_measures_the_cache_against_the_episode_budget_in_multi_turn():
+    from rlyard.config import ConfigError, load_config
+
+    overrides = ["algo=dapo", "algo.soft_overlong=true", "algo.soft_overlong_cache_len=100"]
+    files = load_config("configs/files.yaml", overrides)  # L_max = min(max_total_tokens, turns x tokens per turn) > 100
+    assert files.algo.soft_overlong_cache_len == 100
+    with pytest.raises((ConfigError, ValueError), match="L_max = 16"):  # single-turn: the reply's cap of 16
+        load_config("configs/quickstart.yaml", overrides)

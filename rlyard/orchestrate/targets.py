@@ -13,33 +13,15 @@ import torch
 from rlyard.algos import grpo, kl_estimate
 from rlyard.algos.estimators import dr_grpo, gae, kl_token_rewards, reinforce_pp, reinforce_pp_baseline, remax, rloo, whiten
 from rlyard.algos.filters import soft_overlong_penalty
-from rlyard.config import RunConfig
+from rlyard.config import RunConfig, soft_overlong_lengths
 from rlyard.envs import get_family
 from rlyard.train.learner import TokenScores, sampled_behaviour_logprobs
 from rlyard.types import Trajectory
 
 
 def soft_overlong_budget(config: RunConfig) -> tuple[int, int]:
-    """(L_max, L_cache) of DAPO's soft overlong punishment (Eq. 13) for this run's family.
-
-    |y| is always the sample's sampled (loss_mask 1) tokens. L_max is `algo.soft_overlong_max_len`
-    when set, else the most sampled tokens a sample can have:
-    - single-turn: `rollout.max_new_tokens`, the reply's cap (the paper's setting);
-    - multi-turn (agent loop): the episode's budget, min(`agent.max_total_tokens`,
-      `agent.max_turns` x `agent.max_tokens_per_turn`); max_total_tokens also counts the prompt
-      and tool output, so it only binds when it is the smaller. Never the per-reply cap: the
-      replies of an episode add up.
-    L_cache is `algo.soft_overlong_cache_len`, else L_max // 5 (the paper's 4096 of 20480).
-    """
-    algo = config.algo
-    if algo.soft_overlong_max_len is not None:
-        max_len = algo.soft_overlong_max_len
-    elif get_family(config.env.name).multi_turn:
-        agent = config.agent
-        max_len = min(agent.max_total_tokens, agent.max_turns * agent.max_tokens_per_turn)
-    else:
-        max_len = config.rollout.max_new_tokens
-    return max_len, algo.soft_overlong_cache_len or max(1, max_len // 5)
+    """(L_max, L_cache) for this run's family; |y| is always the sample's sampled tokens."""
+    return soft_overlong_lengths(config, get_family(config.env.name).multi_turn)
 
 
 def training_rewards(config: RunConfig, batch: list[Trajectory]) -> list[float]:
