@@ -12,3 +12,18 @@ def commit() -> str:
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def scrub(value):
+    """The value with temporary machine paths (`/tmp/...`) reduced to `<tmp>/<name>`: a result
+    file names no folder of the machine it ran on."""
+    import tempfile
+    from pathlib import Path
+
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    if isinstance(value, str) and value.startswith(tempfile.gettempdir() + "/"):
+        return f"<tmp>/{Path(value).name}"
+    return value

@@ -51,6 +51,7 @@ from rlyard.envs import get_family
 from rlyard.models import load_model, load_tokenizer
 from rlyard.orchestrate.evaluate import evaluate
 from rlyard.orchestrate.setup import stop_tokens
+from provenance import commit, scrub  # bench/ is on sys.path when a script runs
 
 ARITH_OPTIONS = {"ops": "+", "min_value": 10, "max_value": 99}  # the quickstart's
 
@@ -253,7 +254,8 @@ def machine() -> dict:
     import transformers
 
     info = {"cpu": model, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
-            "load_average_at_start": os.getloadavg(), "torch": torch.__version__, "transformers": transformers.__version__}
+            "load_average_at_start": os.getloadavg(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "commit": commit()}
     try:
         import trl
 
@@ -312,7 +314,7 @@ def seed_sweep(args) -> None:
         print(f"{side:>6}: mean {statistics.fmean(accuracies):.1%}, sd {spread:.1%} over {len(accuracies)} seeds")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(json.dumps(scrub(results), indent=2))
     print(f"\n[vs_trl] wrote {out}")
 
 
@@ -344,7 +346,7 @@ def main() -> None:
     report(results, args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(json.dumps(scrub(results), indent=2))
     print(f"\n[vs_trl] wrote {out}")
 
 
