@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from rlyard.envs.code import loaders
 from rlyard.envs.code.loaders import RowError, SourceError, check_split, load_records, row_from_commit
 from rlyard.envs.code.repo import GIT_ENV, make_patch
 from rlyard.envs.code.tasks import make_tasks

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from rlyard.envs.code import loaders
 from rlyard.envs.code.loaders import load_records, row_from_commit
 
 MIRRORS = os.environ.get("RLYARD_REAL_MIRRORS")
