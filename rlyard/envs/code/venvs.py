@@ -34,6 +34,8 @@ import tomllib
 from pathlib import Path
 from typing import Callable
 
+from rlyard.cache import cache_dir
+
 SANDBOX_PYTHON = "/usr/bin/python3"
 TEST_EXTRAS = ("test", "tests", "testing")
 MARKER = ".rlyard-venv.json"
@@ -44,8 +46,7 @@ class VenvError(ValueError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("RLYARD_CACHE") or str(Path.home() / ".cache" / "rlyard")
-    return Path(base) / "code-venvs"
+    return cache_dir() / "code-venvs"
 
 
 # ---------------------------------------------------------------- dependency specs
