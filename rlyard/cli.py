@@ -174,19 +174,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def no_tasks_message(family, options: dict, split: str, n: int) -> str:
-    """Why `envs show` printed nothing: for a user's code source, the rows loaded and the option."""
+    """Why `envs show` printed nothing. (A user's code source with an empty split never gets
+    here: its make_tasks raises a SourceError naming the rows loaded and the option.)"""
     if n == 0:
         return f"no tasks asked for (-n 0) in split {split}"
-    if family.name == "code" and options.get("source"):
-        from rlyard.envs.code.loaders import SourceError, check_split, load_records
-        from rlyard.envs.code.tasks import DEFAULTS
-
-        opts = {**DEFAULTS, **options}
-        records = load_records(opts["source"], opts["mirrors"], opts)
-        try:
-            check_split([], records, split, opts)
-        except SourceError as e:
-            return str(e)
     return f"no tasks in split {split} for {family.name} with options {options or '{}'}"
 
 

@@ -424,11 +424,6 @@ def algo_preset_dirs() -> list[Path]:
     return dirs
 
 
-def algo_preset_dir() -> Path:
-    """The first preset folder (the package's when the working directory has none)."""
-    return next(iter(algo_preset_dirs()), PACKAGE_CONFIGS / "algos")
-
-
 def algo_presets() -> list[str]:
     return sorted({path.stem for folder in algo_preset_dirs() for path in folder.glob("*.yaml")})
 

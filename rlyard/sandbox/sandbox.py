@@ -35,7 +35,6 @@ from rlyard.sandbox.uids import UidLease, UidPool, UidPoolExhausted, default_poo
 Isolation = Literal["auto", "bwrap", "unshare", "none"]
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
-_root_fs_args = fs.root_fs_args
 
 
 class SandboxError(RuntimeError):
@@ -96,7 +95,7 @@ def _probe(argv: list[str]) -> bool:
 
 def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None and _probe(
-        ["bwrap", "--unshare-pid", "--unshare-net", *_root_fs_args(), "--proc", "/proc", "--dev", "/dev",
+        ["bwrap", "--unshare-pid", "--unshare-net", *fs.root_fs_args(), "--proc", "/proc", "--dev", "/dev",
          *([] if os.geteuid() == 0 else ["--unshare-user"]), "--", "/bin/echo", "ok"])
 
 
@@ -169,7 +168,7 @@ class Sandbox:
     def _choose(self, isolation: Isolation, allow_unsafe: bool) -> str:
         helpers = ["prlimit"] + (["setpriv"] if self.as_root else [])  # util-linux, used inside
         have = all(shutil.which(h) for h in helpers)
-        if isolation in ("auto", "bwrap") and have and seccomp.supported() and bwrap_available():
+        if isolation in ("auto", "bwrap") and bwrap_works():
             return "bwrap"
         if isolation in ("auto", "unshare") and have and unshare_available():
             return "unshare"

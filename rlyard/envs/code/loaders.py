@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlyard.envs.code.repo import PatchError, RepoError, apply_patch, commits_past, git, make_patch, touched_paths
-from rlyard.envs.code.tasks import RUNNER, RUNNER_PATH, payload, runner_command, trusted_test_paths
+from rlyard.envs.code.tasks import RUNNER, RUNNER_PATH, TEST_DIRS, payload, runner_command, trusted_test_paths
 
 SWEBENCH_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
 RECIPE_FIELDS = ("instance_id", "workdir", "problem_statement", "test_patch", "test_command", "timeout")
@@ -277,7 +277,7 @@ def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] |
                        "commit nor added by the test patch")
     python, binds = "python3", []
     if options.get("build_venvs", True):
-        names = git("ls-tree", "--name-only", commit, cwd=mirror).decode().splitlines()
+        names = sorted({path.split("/")[0] for path in listing})  # the root's files and folders
         spec = venvs.row_requirements(row, read) or venvs.repo_requirements(read, names)
         if spec[0]:
             folder = venvs.ensure_venv(row["repo"].replace("/", "__"), spec[0], options.get("wheels"))
@@ -322,14 +322,11 @@ def _runner_patch() -> str:
 
 # ---------------------------------------------------------------- rows from bug-fix commits
 
-TEST_FOLDERS = {"tests", "test", "testing"}
-
-
 def is_test_path(path: str) -> bool:
     """SWE-bench's split of a fix commit: test folders, test_*.py / *_test.py and conftest.py go
     to the test patch; the rest is the fix."""
     *folders, name = path.split("/")
-    return bool(TEST_FOLDERS & set(folders)) or name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+    return bool(set(TEST_DIRS) & set(folders)) or name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
 
 
 def row_from_commit(mirror: str | Path, commit: str, fail_to_pass: list[str], pass_to_pass: list[str], *, repo: str,

@@ -41,9 +41,9 @@ DEFAULTS: dict[str, Any] = {
     "timeout_is_infra": True,  # a test command that times out: infra failure (True) or reward 0
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
     "allow_weak_isolation": False,  # run without bubblewrap (the sandbox could then read hidden tests)
-    "dataset_split": None,
+    "dataset_split": None,  # the split of a DatasetDict folder to read (needed when it has several)
     "wheels": None,  # a local wheel folder for the per-repository venvs (pip --no-index --find-links)
-    "build_venvs": True,  # build a cached venv per repository for SWE-bench rows that need packages  # the split of a DatasetDict folder to read (needed when it has several)
+    "build_venvs": True,  # build a cached venv per repository for SWE-bench rows that need packages
 }
 
 
