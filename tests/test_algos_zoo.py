@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlyard.algos import estimators, filters, policy_losses
-from rlyard.algos.estimators import (
-    discounted_returns, dr_grpo, gae, kl_token_rewards, reinforce_pp, reinforce_pp_baseline, remax, rloo, value_loss,
-    whiten,
+from rlyard.algos import advantages, filters, policy_losses
+from rlyard.algos.advantages import (
+    discounted_returns, dr_grpo, gae, reinforce_pp, reinforce_pp_baseline, remax, rloo, whiten,
 )
 from rlyard.algos.filters import dynamic_sampling_keep, overlong_mask, soft_overlong_penalty
-from rlyard.algos.losses import ppo_clip
+from rlyard.algos.kl import kl_token_rewards
 from rlyard.algos.policy_losses import (
-    cispo, decoupled_ppo, dual_clip, entropy_from_logits, gspo, tis_weights, tis_weights_sequence,
+    cispo, decoupled_ppo, dual_clip, entropy_from_logits, gspo, ppo_clip, tis_weights, tis_weights_sequence,
 )
+from rlyard.algos.value import value_loss
 
 
 def t(values) -> torch.Tensor:
@@ -388,7 +388,7 @@ def test_soft_overlong_penalty_paper_table():
 
 
 # --------------------------------------------------------------------------- import rule
-@pytest.mark.parametrize("module", [estimators, policy_losses, filters])
+@pytest.mark.parametrize("module", [advantages, policy_losses, filters])
 def test_zoo_imports_only_torch_and_algos(module):
     tree = ast.parse(Path(module.__file__).read_text())
     for node in ast.walk(tree):

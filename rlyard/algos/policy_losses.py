@@ -1,4 +1,12 @@
-"""Policy-loss variants beyond PPO clip, importance weights and entropy: pure tensor functions.
+"""Policy losses (formula sheet §2, and §5's entropy): every per-token surrogate the learner minimises.
+
+All in one module because they are variants of one idea, PPO's clipped surrogate (Schulman et
+al., 2017), and are read side by side: dual-clip (Ye et al., 2020) bounds the loss of exploded
+ratios, DAPO (Yu et al., 2025) widens the upper clip (`eps_high`, a `ppo_clip` argument), GSPO
+(Zheng et al., 2025) clips the sequence ratio, CISPO (MiniMax, 2025) clips the importance weight
+instead of the token, decoupled PPO (AReaL, Fu et al., 2025) separates the behaviour policy from
+the clipping centre, and TIS (Yao et al., 2025) corrects the mismatch between the inference
+engine and the trainer. The entropy bonus is here too: it is a term of the same per-token loss.
 
 Shape suffixes: `_N` one value per sampled token (tokens of all sequences, flattened), `_S` one
 value per sequence, `_NV` per token over the vocabulary. Every loss returns (per-token loss to be
@@ -11,8 +19,7 @@ import math
 
 import torch
 
-from rlyard.algos.losses import LOG_RATIO_CLAMP, ppo_clip
-
+LOG_RATIO_CLAMP = 20.0  # verl and OpenRLHF clamp log pi/pi_old before exp; so do we
 GSPO_LOG_RATIO_MAX = 10.0  # verl clamps log s_i <= 10 before exp
 # Decoupled PPO: tokens whose behaviour weight pi_prox / pi_behav exceeds this get no loss. AReaL's
 # legacy `behave_imp_weight_cap=5` (today `rejection_sampling: {level: token, action: mask,
@@ -22,6 +29,23 @@ DEFAULT_BEHAVIOUR_WEIGHT_CAP = 5.0
 
 def _ratio(logprobs_N: torch.Tensor, old_logprobs_N: torch.Tensor) -> torch.Tensor:
     return torch.exp((logprobs_N - old_logprobs_N).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def ppo_clip(
+    logprobs_N: torch.Tensor, old_logprobs_N: torch.Tensor, advantages_N: torch.Tensor,
+    eps_low: float = 0.2, eps_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate: max(-A*rho, -A*clip(rho, 1-eps_low, 1+eps_high)).
+
+    Returns the per-token loss and a 0/1 tensor marking tokens where the clipped branch won
+    (no gradient flows through them): the clip fraction metric.
+    """
+    log_ratio_N = (logprobs_N - old_logprobs_N).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio_N = torch.exp(log_ratio_N)
+    unclipped_N = -advantages_N * ratio_N
+    clipped_N = -advantages_N * ratio_N.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss_N = torch.maximum(unclipped_N, clipped_N)
+    return loss_N, (clipped_N > unclipped_N).float()
 
 
 def dual_clip(

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import torch
 
 from rlyard.algos import grpo, kl_estimate
-from rlyard.algos.estimators import dr_grpo, gae, kl_token_rewards, reinforce_pp, reinforce_pp_baseline, remax, rloo, whiten
+from rlyard.algos.advantages import dr_grpo, gae, reinforce_pp, reinforce_pp_baseline, remax, rloo, whiten
 from rlyard.algos.filters import soft_overlong_penalty
+from rlyard.algos.kl import kl_token_rewards
 from rlyard.config import RunConfig, soft_overlong_lengths
 from rlyard.envs import get_family
 from rlyard.train.learner import TokenScores, sampled_behaviour_logprobs

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 
 from rlyard.algos import kl_estimate, ppo_clip, token_weights
-from rlyard.algos.estimators import value_loss
 from rlyard.algos.filters import is_truncated
 from rlyard.algos.policy_losses import DEFAULT_BEHAVIOUR_WEIGHT_CAP, cispo, decoupled_ppo, dual_clip, gspo, tis_weights
+from rlyard.algos.value import value_loss
 from rlyard.models.lora import reference_mode
 from rlyard.train.critic import Critic
 from rlyard.train.logprobs import backbone_and_head, continuation_logprobs
