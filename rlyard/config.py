@@ -12,10 +12,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rlyard.envs.registry import FamilyNotFound, get_family
 
 INT8_DEFAULT_TIS_CAP = 2.0  # verl's default truncation of the rollout importance weight
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class FieldError(ValueError):
+    """A check across fields that blames one of them: `field` is dotted from the section checked."""
+
+    def __init__(self, field: str, value: Any, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.value, self.message = field, value, message
 
 
 class Strict(BaseModel):
@@ -46,10 +56,10 @@ class EnvConfig(Strict):
     @field_validator("name")
     @classmethod
     def _known_env(cls, name: str) -> str:
-        from rlyard.envs import family_names
-
-        if name not in family_names():
-            raise ValueError(f"unknown environment {name!r}; allowed: {', '.join(family_names())}")
+        try:  # a built-in name, an installed family's name, or module:attribute
+            get_family(name)
+        except FamilyNotFound as error:
+            raise ValueError(str(error)) from None
         return name
 
 
@@ -85,9 +95,8 @@ class AgentConfig(Strict):
 class AlgoConfig(Strict):
     # What the algorithm is: configs/algos/<name>.yaml sets these; `algo=<name>` loads one.
     name: Literal[ALGO_PRESETS] = "grpo"  # preset label; it fixes `advantage` (and the loss for gspo / cispo)
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "gae"] = Field(
-        "grpo", validate_default=True)  # validated even when unset: it must agree with `name`
-    loss: Literal["ppo_clip", "dual_clip", "gspo", "cispo"] = Field("ppo_clip", validate_default=True)
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax", "gae"] = "grpo"  # must agree with `name`
+    loss: Literal["ppo_clip", "dual_clip", "gspo", "cispo"] = "ppo_clip"
     lr: float = Field(2e-4, gt=0.0)
     std_normalize: bool = True  # GRPO divides by the group std; False = Dr. GRPO's advantage
     eps_low: float = Field(0.2, ge=0.0, le=1.0)  # 1.0 = no lower bound (CISPO)
@@ -120,57 +129,34 @@ class AlgoConfig(Strict):
     beta2: float = Field(0.999, ge=0.0, lt=1.0)
     seed: int = 0  # minibatch shuffling
 
-    @field_validator("advantage")
-    @classmethod
-    def _advantage_matches_name(cls, advantage: str, info: ValidationInfo) -> str:
-        name = info.data.get("name")
-        if name is not None and PRESET_ADVANTAGE[name] != advantage:
+    @model_validator(mode="after")
+    def _fields_agree(self) -> "AlgoConfig":
+        """Checks across fields, on the whole section: they do not depend on the order fields are
+        declared or given in, and they never change a value (defaults that depend on other
+        sections are resolved where they are used, e.g. `training_algo`)."""
+        name, advantage, loss = self.name, self.advantage, self.loss
+        if PRESET_ADVANTAGE[name] != advantage:
             label = next(preset for preset, estimator in PRESET_ADVANTAGE.items() if estimator == advantage)
-            raise ValueError(f"algo.name {name!r} stands for advantage {PRESET_ADVANTAGE[name]!r}: load that whole preset "
-                             f"with algo={name}, or name advantage {advantage!r} algo.name={label}")
-        return advantage
-
-    @field_validator("loss")
-    @classmethod
-    def _loss_matches_name(cls, loss: str, info: ValidationInfo) -> str:
-        name = info.data.get("name")
+            raise FieldError("advantage", advantage, f"algo.name {name!r} stands for advantage {PRESET_ADVANTAGE[name]!r}: "
+                             f"load that whole preset with algo={name}, or name advantage {advantage!r} algo.name={label}")
         if name in PRESET_LOSS and PRESET_LOSS[name] != loss:
-            raise ValueError(f"algo.name {name!r} stands for loss {PRESET_LOSS[name]!r}: load that whole preset with algo={name}")
-        return loss
-
-    @field_validator("kl_in_reward")
-    @classmethod
-    def _kl_in_reward_needs_token_rewards(cls, kl_in_reward: bool, info: ValidationInfo) -> bool:
-        advantage = info.data.get("advantage")
-        if kl_in_reward and advantage is not None and advantage not in TOKEN_REWARD_ADVANTAGES:
-            raise ValueError(f"a KL reward penalty needs per-token rewards: advantage {' or '.join(TOKEN_REWARD_ADVANTAGES)}, "
-                             f"not {advantage!r}; for a KL loss term set only algo.kl_coef")
-        return kl_in_reward
-
-    @field_validator("decoupled")
-    @classmethod
-    def _one_off_policy_correction(cls, decoupled: bool, info: ValidationInfo) -> bool:
-        if decoupled and info.data.get("tis_cap") is not None:
-            raise ValueError("pick one off-policy correction: algo.decoupled (pi_prox / pi_behav weight, masked above "
-                             "algo.behaviour_weight_cap) or algo.tis_cap (the same weight, truncated at the cap)")
-        if decoupled and info.data.get("loss") not in (None, "ppo_clip"):
-            raise ValueError(f"decoupled PPO is a PPO-clip objective: set algo.loss=ppo_clip (got {info.data.get('loss')!r})")
-        return decoupled
-
-    @field_validator("behaviour_weight_cap")
-    @classmethod
-    def _cap_needs_decoupled(cls, cap: float | None, info: ValidationInfo) -> float | None:
-        if cap is not None and not info.data.get("decoupled"):
-            raise ValueError("only used by decoupled PPO: also set algo.decoupled=true")
-        return cap
-
-    @field_validator("soft_overlong_cache_len")
-    @classmethod
-    def _cache_within_max_len(cls, cache_len: int | None, info: ValidationInfo) -> int | None:
-        max_len = info.data.get("soft_overlong_max_len")
+            raise FieldError("loss", loss, f"algo.name {name!r} stands for loss {PRESET_LOSS[name]!r}: "
+                             f"load that whole preset with algo={name}")
+        if self.kl_in_reward and advantage not in TOKEN_REWARD_ADVANTAGES:
+            raise FieldError("kl_in_reward", True, f"a KL reward penalty needs per-token rewards: advantage "
+                             f"{' or '.join(TOKEN_REWARD_ADVANTAGES)}, not {advantage!r}; for a KL loss term set only algo.kl_coef")
+        if self.decoupled and self.tis_cap is not None:
+            raise FieldError("decoupled", True, "pick one off-policy correction: algo.decoupled (pi_prox / pi_behav weight, "
+                             "masked above algo.behaviour_weight_cap) or algo.tis_cap (the same weight, truncated at the cap)")
+        if self.decoupled and loss != "ppo_clip":
+            raise FieldError("decoupled", True, f"decoupled PPO is a PPO-clip objective: set algo.loss=ppo_clip (got {loss!r})")
+        if self.behaviour_weight_cap is not None and not self.decoupled:
+            raise FieldError("behaviour_weight_cap", self.behaviour_weight_cap,
+                             "only used by decoupled PPO: also set algo.decoupled=true")
+        max_len, cache_len = self.soft_overlong_max_len, self.soft_overlong_cache_len
         if cache_len is not None and max_len is not None and cache_len > max_len:
-            raise ValueError(f"must be <= algo.soft_overlong_max_len ({max_len})")
-        return cache_len
+            raise FieldError("soft_overlong_cache_len", cache_len, f"must be <= algo.soft_overlong_max_len ({max_len})")
+        return self
 
 
 class TrainConfig(Strict):
@@ -227,31 +213,33 @@ class RunConfig(Strict):
     orchestrate: OrchestrateConfig = Field(default_factory=OrchestrateConfig)
 
     @model_validator(mode="after")
-    def _int8_rollouts_are_corrected(self) -> "RunConfig":
-        """int8 rollouts are slightly off-policy by construction: without a correction named, use TIS at 2."""
-        if self.rollout.quantize == "int8" and self.algo.tis_cap is None and not self.algo.decoupled:
-            self.algo.tis_cap = INT8_DEFAULT_TIS_CAP
+    def _int8_runs_on_cpu(self) -> "RunConfig":
         if self.rollout.quantize == "int8" and self.model.device != "cpu":
-            raise ValueError(f"rollout.quantize: int8 runs on CPU int8 kernels; with model.device={self.model.device!r} "
+            raise FieldError("rollout.quantize", "int8", f"int8 runs on CPU int8 kernels; with model.device={self.model.device!r} "
                              "use model.dtype=bfloat16 instead")
         return self
 
     @model_validator(mode="after")
     def _soft_overlong_fits(self) -> "RunConfig":
         if self.algo.soft_overlong:
-            try:
-                from rlyard.envs import get_family  # lazy: the registry imports the families
-
-                multi_turn = get_family(self.env.name).multi_turn
-            except (KeyError, ValueError, ImportError):
-                return self  # an unknown family is reported where the run is built
+            multi_turn = get_family(self.env.name).multi_turn  # env.name was checked by EnvConfig
             max_len, cache_len = soft_overlong_lengths(self, multi_turn)
             if cache_len > max_len:
                 where = ("min(agent.max_total_tokens, agent.max_turns x agent.max_tokens_per_turn)" if multi_turn
                          else "rollout.max_new_tokens")
-                raise ValueError(f"algo.soft_overlong_cache_len: must be <= L_max = {max_len} "
-                                 f"(algo.soft_overlong_max_len, default {where}), got {cache_len}")
+                raise FieldError("algo.soft_overlong_cache_len", cache_len, f"must be <= L_max = {max_len} "
+                                 f"(algo.soft_overlong_max_len, default {where})")
         return self
+
+
+def training_algo(config: RunConfig) -> AlgoConfig:
+    """The learner's `algo` section with the defaults that depend on other sections resolved, as a
+    copy (the config itself stays as written, so a saved run reads back the same): int8 rollouts
+    are slightly off-policy by construction, so without a correction named they get TIS at 2."""
+    algo = config.algo
+    if config.rollout.quantize == "int8" and algo.tis_cap is None and not algo.decoupled:
+        return algo.model_copy(update={"tis_cap": INT8_DEFAULT_TIS_CAP})
+    return algo
 
 
 def soft_overlong_lengths(config: RunConfig, multi_turn: bool = False) -> tuple[int, int]:
@@ -325,7 +313,10 @@ def _set_dotted(tree: dict, path: list[str], value: Any, original: str) -> None:
 def _describe(error: dict, data: dict) -> str:
     loc = [str(part) for part in error["loc"]]
     field = ".".join(loc)
-    if not loc:  # a check across sections: its message starts with the field it names
+    blamed = error.get("ctx", {}).get("error")
+    if isinstance(blamed, FieldError):  # a check across fields or sections, naming the field at fault
+        return f"{'.'.join([*loc, blamed.field])}: {blamed.message} (got {blamed.value!r})"
+    if not loc:
         return error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         model: type[BaseModel] = RunConfig

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlyard.envs.base import Family, SingleTurnEnv, register
+from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.types import Reward, Task
 
 # Tiny models on a small, possibly busy CPU: one thread avoids OpenMP spin-waiting, which made

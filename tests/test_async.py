@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlyard.config import load_config
-from rlyard.envs.base import Family, SingleTurnEnv, register
+from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.orchestrate.sync import train
 
 from conftest import toy_tasks, toy_verify

@@ -17,7 +17,7 @@ import pytest
 from conftest import toy_tasks, toy_verify
 
 from rlyard.config import load_config
-from rlyard.envs.base import Family, SingleTurnEnv, register
+from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.orchestrate import workers
 from rlyard.orchestrate.buffer import TaskSource, Ticket
 from rlyard.orchestrate.sync import train

@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers
 
-from rlyard.config import ConfigError, load_config
+from rlyard.config import ConfigError, load_config, training_algo
 from rlyard.engines import HFEngine
 from rlyard.engines.quant import Int8Projection, Projection
 from rlyard.orchestrate.rollout import render_prompt
@@ -82,12 +82,14 @@ def test_int8_needs_a_cpu_model_and_a_known_mode(tiny_model, tokenizer):
         HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int4")
 
 
-def test_config_turns_tis_on_for_int8_rollouts():
-    assert load_config(None, ["rollout.quantize=int8"]).algo.tis_cap == 2.0
-    assert load_config(None, ["rollout.quantize=int8", "algo.tis_cap=3"]).algo.tis_cap == 3.0
-    decoupled = load_config(None, ["rollout.quantize=int8", "algo.decoupled=true"]).algo
+def test_the_learner_gets_tis_for_int8_rollouts_and_the_config_stays_as_written():
+    int8 = load_config(None, ["rollout.quantize=int8"])
+    assert training_algo(int8).tis_cap == 2.0
+    assert int8.algo.tis_cap is None  # the saved config.yaml keeps what the user wrote
+    assert training_algo(load_config(None, ["rollout.quantize=int8", "algo.tis_cap=3"])).tis_cap == 3.0
+    decoupled = training_algo(load_config(None, ["rollout.quantize=int8", "algo.decoupled=true"]))
     assert decoupled.decoupled and decoupled.tis_cap is None
-    assert load_config(None, []).algo.tis_cap is None
+    assert training_algo(load_config(None, [])).tis_cap is None
     with pytest.raises(ConfigError, match="rollout.quantize"):
         load_config(None, ["rollout.quantize=int4"])
     with pytest.raises(ConfigError, match="int8 runs on CPU"):

@@ -22,7 +22,7 @@ import yaml
 from rlyard.cli import main
 from rlyard.config import ALGO_PRESETS, ConfigError, load_config
 from rlyard.engines import HFEngine
-from rlyard.envs.base import Family, SingleTurnEnv, register
+from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.setup import build
 from rlyard.orchestrate.sampling import sample_batch

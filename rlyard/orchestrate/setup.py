@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlyard.config import RunConfig
+from rlyard.config import RunConfig, training_algo
 from rlyard.data import TaskStream
 from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
@@ -62,7 +62,7 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     env_seed, options = config.env.seed, config.env.options
     stream = TaskStream(family.make_tasks("train", config.env.train_size, env_seed, **options), seed=env_seed) if train else None
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
-    learner = Learner(model, config.algo, config.rollout.temperature, config.train.micro_batch_size,
+    learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens) if train else None
     engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))

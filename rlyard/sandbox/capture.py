@@ -8,10 +8,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rlyard.sandbox.sandbox import Limits
+from rlyard.sandbox.limits import Limits
 
 CHUNK = 65536
 

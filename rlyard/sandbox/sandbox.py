@@ -30,6 +30,7 @@ from typing import Literal
 from rlyard.sandbox import fs, seccomp
 from rlyard.sandbox.capture import Capture, TeardownError, read_all, wait_namespace_gone
 from rlyard.sandbox.fs import MOUNT_POINT
+from rlyard.sandbox.limits import Limits
 from rlyard.sandbox.uids import UidLease, UidPool, UidPoolExhausted, default_pool
 
 Isolation = Literal["auto", "bwrap", "unshare", "none"]
@@ -43,21 +44,6 @@ class SandboxError(RuntimeError):
 
 class SandboxUnavailable(SandboxError):
     """No isolation mechanism is available and `allow_unsafe` was not given."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-run resource limits; every process in the sandbox gets the rlimits."""
-
-    wall_s: float = 30.0  # wall-clock time; the whole sandbox is killed after it
-    cpu_s: int = 30  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL one second later)
-    memory_bytes: int = 1 << 30  # RLIMIT_AS per process (address space, not RSS)
-    nproc: int = 64  # RLIMIT_NPROC: processes + threads of the sandbox uid
-    fsize_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file a process may write (SIGXFSZ)
-    nofile: int = 256  # RLIMIT_NOFILE: open file descriptors per process
-    output_bytes: int = 1 << 20  # bytes kept per stream (stdout, stderr); the rest is dropped
-    output_kill_bytes: int = 64 << 20  # a stream that produces more than this gets the run killed
-    tmp_bytes: int = 64 << 20  # size of the private tmpfs on /tmp (bwrap)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from rlyard.agent.guard import Guard
 from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
-from rlyard.envs.base import ToolEnv
+from rlyard.envs.tool_env import ToolEnv
 from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
 from rlyard.envs.code.verify import grade
 from rlyard.sandbox import Limits, Sandbox, SandboxUnavailable

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
-from rlyard.envs.base import ToolEnv
+from rlyard.envs.tool_env import ToolEnv
 from rlyard.envs.files.verify import verify
 from rlyard.sandbox import Limits, Sandbox
 from rlyard.types import Message, Reward, Task

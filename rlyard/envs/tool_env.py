@@ -1,0 +1,65 @@
+"""The `step` shared by tool-using families: parse the reply's tool calls, run them, answer.
+
+It lives apart from `rlyard.envs.base` because it needs the agent's tool-call parser, while the
+agent loop needs only the `Environment` protocol: keeping them apart keeps the imports one-way.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls
+from rlyard.envs.base import StepResult
+from rlyard.types import Task
+
+
+class ToolEnv:
+    """The `step` of a tool-using family: run the reply's tool calls, answer with their output.
+
+    A reply without a tool call ends the episode ("no_tool_call"); the `submit` tool, or the
+    command `submit <answer>` (bash_block's way), ends it with an answer ("submitted"); malformed
+    calls are answered with a readable error and counted. With a `guard`, refused calls are
+    answered "Permission denied" and do not run. Subclasses set format, toolbox and guard in reset.
+    """
+
+    format: str = "hermes"
+    toolbox = None  # rlyard.agent.tools.ToolBox
+    guard = None  # rlyard.agent.guard.Guard
+    submitted: str | None = None
+    calls = malformed = 0
+    workspace = None  # a Path the episode owns; removed by close()
+    task = None
+
+    def begin(self, task: Task, prefix: str) -> Path:
+        """A new episode: the previous workspace removed, counters cleared, a fresh empty workspace."""
+        self.close()
+        self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
+        self.workspace = Path(tempfile.mkdtemp(prefix=prefix))
+        return self.workspace
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
+
+    def step(self, reply: str) -> StepResult:
+        parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
+        if not parsed.calls and not parsed.errors:
+            return StepResult(done=True, reason="no_tool_call")
+        self.malformed += len(parsed.errors)
+        outputs = [format_tool_error(parsed.errors)] if parsed.errors else []
+        for call in parsed.calls:
+            self.calls += 1
+            command = str(call.arguments.get("command", "")).strip() if call.name == "bash" else ""
+            if call.name == "submit" or SUBMIT_COMMAND.match(command):
+                self.submitted = str(call.arguments.get("answer", command[len("submit"):].strip()))
+                return StepResult(done=True, reason="submitted")
+            refusal = self.guard.check(call.name, call.arguments) if self.guard else None
+            content = refusal or self.toolbox.call(call.name, call.arguments).content
+            outputs.append(f"[{call.name}]\n{content}")
+        return StepResult(messages=[{"role": "tool", "content": "\n\n".join(outputs)}], done=False)
+
+
+SUBMIT_COMMAND = re.compile(r"submit(\s|$)")
