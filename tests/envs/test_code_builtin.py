@@ -1,11 +1,16 @@
 """The built-in `code` task set: its shape, `rlyard envs validate code` (every task fails at its
 base and passes when an oracle plays the reference fix through each arm's tools), a training run."""
 import json
+import re
+import shutil
 from collections import Counter
+
+import pytest
 
 from rlyard.cli import main
 from rlyard.envs import get_family
-from rlyard.envs.code.tasks import builtin_records
+from rlyard.envs.code.repo import make_patch
+from rlyard.envs.code.tasks import BUILTIN, builtin_records
 
 
 def test_the_builtin_set_spans_repositories_difficulties_and_splits():
@@ -26,6 +31,33 @@ def test_hidden_tests_are_never_in_the_base_workspace():
     for r in builtin_records():
         new_files = [p for p in r["hidden_paths"] if r["source"]["files"].get(p) is None]
         assert new_files and not set(new_files) & set(r["source"]["files"]), r["instance_id"]
+
+
+def test_every_builtin_task_is_a_bug_patch_on_its_clean_repository():
+    tasks = sorted(p for p in BUILTIN.glob("*/tasks/*") if p.is_dir())
+    assert tasks and all((t / "bug.patch").is_file() and not (t / "base").exists() for t in tasks)
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("context", "patch does not apply"),
+    ("stray", "toklex/missing.py is not a file of toklex/repo"),
+    ("empty", "the patch touches no file"),
+    ("deletes", "deletes toklex/tokens.py"),
+    ("absent", "missing; every built-in task needs a bug.patch"),
+])
+def test_a_broken_bug_patch_is_refused_naming_the_file(tmp_path, breakage, message):
+    shutil.copytree(BUILTIN / "toklex", tmp_path / "toklex", ignore=shutil.ignore_patterns("__pycache__"))
+    bug = tmp_path / "toklex" / "tasks" / "toklex-2" / "bug.patch"
+    tokens = (tmp_path / "toklex" / "repo" / "toklex" / "tokens.py").read_text()
+    text = {"context": bug.read_text().replace("\n ", "\n #not-in-the-file ", 1),
+            "stray": bug.read_text().replace("toklex/tokens.py", "toklex/missing.py"), "empty": "",
+            "deletes": make_patch({"toklex/tokens.py": tokens}, {"toklex/tokens.py": None})}.get(breakage)
+    if text is None:
+        bug.unlink()
+    else:
+        bug.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{bug}: ") + ".*" + re.escape(message)):
+        builtin_records(root=tmp_path)
 
 
 def test_envs_validate_code_passes_for_every_builtin_task(capsys):

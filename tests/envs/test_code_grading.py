@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlyard.envs.code.env import CodeEnv, choose_arm
+from rlyard.envs.code.repo import make_patch
 from rlyard.envs.code.tasks import DEFAULTS, builtin_records
 from rlyard.types import Task
 
@@ -29,7 +30,8 @@ def write(root: Path, files: dict[str, str]) -> None:
 def record(tmp_path_factory):
     root = tmp_path_factory.mktemp("builtin")
     write(root / "mini" / "repo", {"mini/__init__.py": CLEAN, "tests/test_basic.py": "from mini import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"})
-    write(root / "mini" / "tasks" / "mini-1", {"base/mini/__init__.py": BUGGY, HIDDEN_FILE: HIDDEN,
+    write(root / "mini" / "tasks" / "mini-1", {"bug.patch": make_patch({"mini/__init__.py": CLEAN}, {"mini/__init__.py": BUGGY}),
+                                               HIDDEN_FILE: HIDDEN,
                                                "task.yaml": "problem_statement: clamp(10, 0, 5) returns 4, not 5.\ndifficulty: easy\ntimeout_s: 30\n"})
     [record] = builtin_records(root)
     return record

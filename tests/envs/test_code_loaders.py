@@ -456,7 +456,7 @@ def test_swebench_verified_difficulty_strings_map_to_the_filter_values(mirror, t
 
 
 def train_only_ids(count: int) -> list[str]:
-    from rlyard.envs.code.tasks import split_of
+    from rlyard.envs.code.payload import split_of
 
     return [f"calc-{i}" for i in range(100) if split_of(f"calc-{i}", 25) == "train"][:count]
 

@@ -21,8 +21,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rlyard.envs.code import venvs
+from rlyard.envs.code.payload import RUNNER, RUNNER_PATH, TEST_DIRS, payload, runner_command, split_of, trusted_test_paths
 from rlyard.envs.code.repo import PatchError, RepoError, apply_patch, commits_past, git, make_patch, touched_paths
-from rlyard.envs.code.tasks import RUNNER, RUNNER_PATH, TEST_DIRS, payload, runner_command, trusted_test_paths
 
 SWEBENCH_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
 RECIPE_FIELDS = ("instance_id", "workdir", "problem_statement", "test_patch", "test_command", "timeout")
@@ -137,8 +138,6 @@ def check_split(chosen: list, records: list[dict[str, Any]], split: str, opts: d
     if opts.get("source") is None or chosen:
         return
     percent = int(opts.get("eval_percent", 25))
-    from rlyard.envs.code.tasks import split_of
-
     in_split = sum(split_of(r["instance_id"], percent) == split for r in records)
     if not records:
         why = "the file holds no rows"
@@ -232,8 +231,6 @@ def base_versions(paths: list[str], read) -> dict[str, str | None]:
 
 
 def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    from rlyard.envs.code import venvs
-
     options = options or {}
     require(row, SWEBENCH_FIELDS[:6], where, "SWE-bench")
     fail, keep = (test_ids(row.get(f, []), f, where) for f in ("FAIL_TO_PASS", "PASS_TO_PASS"))

@@ -1,34 +1,31 @@
-"""Code tasks: the built-in offline set, or rows users bring (SWE-bench style, the recipe's records).
+"""Code tasks: the built-in offline set, or rows users bring (`loaders.py`); `make_tasks`, options, splits.
 
-A task's payload holds everything the environment and grader need, computed once on the host
-from trusted data: how to build the base repository, the issue text, the test patch, the test
-command and timeout, the reference fix, and `graded_files` (each path the test patch touches,
-as it must read at grading: the base version with the test patch applied).
-
-Built-in layout (rlyard/envs/code/builtin/):
+Every task becomes a payload (see `payload.py`). Built-in layout (rlyard/envs/code/builtin/):
     <repo>/repo/...                    the clean repository (the reference fix of every task)
     <repo>/tasks/<id>/task.yaml        problem_statement, difficulty, timeout_s
-    <repo>/tasks/<id>/base/...         files that differ at the task's base commit (the bug)
+    <repo>/tasks/<id>/bug.patch        git-style diff from the clean repository to the task's base commit (the bug)
     <repo>/tasks/<id>/tests/...        hidden tests: the repository's tests/ folder as the test patch leaves it
+
+bug.patch only changes files of the clean repository (no new or deleted files); the reference
+fix is its reverse.
 """
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlyard.envs.code.collect import collect_node_ids
-from rlyard.envs.code.repo import apply_patch, make_patch, touched_paths
+from rlyard.envs.code.loaders import check_split, load_records
+from rlyard.envs.code.payload import RUNNER, RUNNER_PATH, payload, runner_command, split_of, trusted_test_paths
+from rlyard.envs.code.repo import PatchError, apply_patch, make_patch, touched_paths
 from rlyard.envs.splits import merge_options
 from rlyard.sandbox import require_sealed
 from rlyard.types import Task
 
 BUILTIN = Path(__file__).with_name("builtin")
-RUNNER_PATH = ".rlyard/grade.py"
-RUNNER = Path(__file__).with_name("grade_runner.py").read_text()
 ARMS = {"bash": ["bash", "submit"], "edit": ["read_file", "write_file", "edit_file", "grep", "glob", "submit"]}
 DEFAULTS: dict[str, Any] = {
     "source": None,  # None = the built-in set; else a .jsonl / .json / .parquet file or a `datasets` folder
@@ -47,11 +44,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def split_of(instance_id: str, eval_percent: int) -> str:
-    digest = hashlib.sha256(f"rlyard/code/{instance_id}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < eval_percent else "train"
-
-
 def read_tree(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*"))
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
@@ -68,10 +60,7 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
             for field in ("problem_statement", "difficulty"):
                 if field not in meta:
                     raise ValueError(f"{task_dir / 'task.yaml'}: missing field {field!r}")
-            overlay = read_tree(task_dir / "base") if (task_dir / "base").is_dir() else {}
-            stray = sorted(set(overlay) - set(clean))
-            if stray:
-                raise ValueError(f"{task_dir}/base: {stray} are not files of {repo_dir.name}/repo")
+            overlay = read_bug(task_dir / "bug.patch", clean, repo_dir.name)
             hidden = {f"tests/{path}": text for path, text in read_tree(task_dir / "tests").items()}
             base = {**clean, **overlay}
             guarded = trusted_test_paths(sorted({*hidden, *visible_tests}), sorted(base))
@@ -90,55 +79,25 @@ def builtin_records(root: Path = BUILTIN) -> list[dict[str, Any]]:
     return [payload(**r["fields"], expected_tests=ids) for r, ids in zip(records, expected)]
 
 
-TEST_DIRS = ("tests", "test", "testing")
-
-
-def trusted_test_paths(test_files: list[str], listing: list[str]) -> list[str]:
-    """Paths reset to their trusted version at grading besides the test files themselves.
-
-    The policy must not change what the hidden tests import or which fixtures they get: the
-    `conftest.py` of every folder above a test file (absent ones stay absent), and every Python
-    file of the test folder (`tests/`, `test/`, `testing/`) that holds it. `listing`: the base tree.
-    """
-    out: list[str] = []
-    for path in test_files:
-        parts = PurePosixPath(path).parts[:-1]
-        out += ["/".join([*parts[:i], "conftest.py"]) for i in range(len(parts) + 1)]
-        top = next((i for i, part in enumerate(parts) if part in TEST_DIRS), None)
-        if top is not None:
-            prefix = "/".join(parts[:top + 1]) + "/"
-            out += [p for p in listing if p.startswith(prefix) and p.endswith(".py")]
-    return [p for p in dict.fromkeys(out) if p not in test_files]
-
-
-def runner_command(tests: list[str], python: str = "python3") -> str:
-    """The verifier command over test files / node ids; `python` may be a per-repository venv's."""
-    return f"{python} -I {RUNNER_PATH} " + " ".join(shell_quote(t) for t in tests)
-
-
-def shell_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
-def payload(*, instance_id: str, repo: str, source: dict, problem_statement: str, test_patch: str, patch: str,
-            test_command: str, timeout_s: float, base_files: dict[str, str | None], difficulty: str = "",
-            extra_reset: list[str] = (), expected_tests: list[str] | None = None, xfail_ok: list[str] = (),
-            ro_binds: list[str] = ()) -> dict[str, Any]:
-    """A task payload with `graded_files` worked out: the test patch applied to the base versions,
-    plus `extra_reset` paths kept at their base version (visible tests, the files of PASS_TO_PASS).
-
-    `expected_tests`: the exact node ids that must each be reported passed (None: not a runner
-    command, the exit code decides); `xfail_ok`: those that may be xfailed instead (SWE-bench's
-    PASS_TO_PASS); `ro_binds`: host folders the sandbox sees read-only (a per-repository venv).
-    """
-    hidden = touched_paths(test_patch)
-    graded = apply_patch(base_files, test_patch)
-    graded |= {p: base_files[p] for p in extra_reset if p not in graded}
-    return {"instance_id": instance_id, "repo": repo, "source": source, "problem_statement": problem_statement,
-            "test_patch": test_patch, "patch": patch, "test_command": test_command, "timeout_s": timeout_s,
-            "hidden_paths": hidden, "graded_files": graded, "difficulty": difficulty,
-            "expected_tests": None if expected_tests is None else list(expected_tests), "xfail_ok": list(xfail_ok),
-            "ro_binds": list(ro_binds)}
+def read_bug(path: Path, clean: dict[str, str], repo: str) -> dict[str, str]:
+    """The files a task's bug.patch changes, as they read at its base commit (the clean repo's
+    versions with the patch applied); a clear error naming the file when it cannot be used."""
+    if not path.is_file():
+        raise ValueError(f"{path}: missing; every built-in task needs a bug.patch (a diff from {repo}/repo to its base)")
+    patch = path.read_text()
+    try:
+        paths = touched_paths(patch)
+        stray = [p for p in paths if p not in clean]
+        if stray:
+            raise PatchError(f"{', '.join(stray)} {'is not a file' if len(stray) == 1 else 'are not files'} of {repo}/repo "
+                             "(a bug.patch only changes files of the clean repository)")
+        overlay = apply_patch({p: clean[p] for p in paths}, patch)
+    except PatchError as e:
+        raise ValueError(f"{path}: {e}") from e
+    deleted = [p for p, text in overlay.items() if text is None]
+    if deleted:
+        raise ValueError(f"{path}: deletes {', '.join(deleted)} (a bug.patch only changes files of the clean repository)")
+    return overlay
 
 
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
@@ -148,8 +107,6 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     if opts["source"] is None:
         records = builtin_records()
     else:
-        from rlyard.envs.code.loaders import check_split, load_records
-
         records = load_records(opts["source"], opts["mirrors"], opts)
     chosen = [r for r in records if split_of(r["instance_id"], int(opts["eval_percent"])) == split
               and opts["difficulty"] in (None, r["difficulty"])]
