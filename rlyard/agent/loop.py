@@ -66,6 +66,7 @@ class TemplateRenderer:
 
     def __init__(self, tokenizer, stop_token_ids: tuple[int, ...]):
         self.tokenizer = tokenizer
+        self.stop_token_ids = tuple(stop_token_ids)
         self.stop_texts = [tokenizer.decode([i]) for i in stop_token_ids]
 
     def prompt(self, messages: list[Message], tools: list[dict] | None = None) -> list[int]:
@@ -84,6 +85,21 @@ class TemplateRenderer:
         bridge = before[before.rindex(stop) + len(stop):] if stop else ""
         return self.tokenizer(bridge + after[len(before):], add_special_tokens=False).input_ids
 
+    def reply_stop_id(self) -> int:
+        """The stop token that ends an assistant message in this template (the one the policy
+        samples to end its turn): of the stop tokens, the one the template writes after a reply."""
+        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+        rendered = self.tokenizer.apply_chat_template(probe, tokenize=False)
+        ended = [(rendered.rfind(text), token) for token, text in zip(self.stop_token_ids, self.stop_texts) if text and text in rendered]
+        if not ended:
+            raise ValueError(f"the chat template ends an assistant message with none of the stop tokens {list(self.stop_token_ids)}")
+        return max(ended)[1]
+
+
+def shown_messages(messages: list[Message], tool_output_chars: int) -> list[Message]:
+    """What the environment says back, as the policy sees it: long contents lose their middle."""
+    return [{**m, "content": cut_middle(str(m.get("content", "")), tool_output_chars)} for m in messages]
+
 
 def trim_prompt(renderer: TemplateRenderer, messages: list[Message], limit: int | None) -> list[Message]:
     """Cut the middle of the last user message until the rendered prompt fits in `limit` tokens."""
@@ -97,6 +113,41 @@ def trim_prompt(renderer: TemplateRenderer, messages: list[Message], limit: int 
         trial = [*messages[:index], {**messages[index], "content": cut_middle(text, mid)}, *messages[index + 1:]]
         low, high = (mid, high) if len(renderer.prompt(trial)) <= limit else (low, mid - 1)
     return [*messages[:index], {**messages[index], "content": cut_middle(text, low)}, *messages[index + 1:]]
+
+
+def conversation_tokens(
+    renderer: TemplateRenderer, messages: list[Message], tools: list[dict] | None = None, stop_id: int | None = None,
+    tool_output_chars: int = AgentLimits.tool_output_chars, max_prompt_tokens: int | None = None,
+) -> TokenRecord:
+    """A finished conversation as the token list `run_episodes` builds when the policy writes its
+    assistant messages: supervised fine-tuning and RL train on identical sequences.
+
+    The prompt is the messages before the first assistant one (cut like the loop's first prompt);
+    each assistant message is its `content` tokenised as is plus `stop_id` (default: the
+    template's end of message), loss_mask 1; the messages between two replies are rendered by
+    `after_reply` after the loop's cut, loss_mask 0. Messages after the last reply would carry no
+    loss and are left out, as the loop stops there. Assistant contents must be the reply text
+    (tool calls already written out, e.g. Hermes `<tool_call>` blocks).
+    """
+    roles = [m["role"] for m in messages]
+    if "assistant" not in roles:
+        raise ValueError("a conversation without an assistant message has nothing to train on")
+    stop = renderer.reply_stop_id() if stop_id is None else stop_id
+    first = roles.index("assistant")
+    record = TokenRecord()
+    record.extend(renderer.prompt(trim_prompt(renderer, messages[:first], max_prompt_tokens), tools), sampled=False)
+    between: list[Message] = []
+    for index in range(first, len(messages)):
+        message = messages[index]
+        if message["role"] != "assistant":
+            between.append(message)
+            continue
+        if index > first:
+            record.extend(renderer.after_reply(shown_messages(between, tool_output_chars)), sampled=False)
+            between = []
+        reply = renderer.tokenizer(message["content"], add_special_tokens=False).input_ids
+        record.extend([*reply, stop], sampled=True)
+    return record
 
 
 def run_episodes(
@@ -164,8 +215,7 @@ def advance(episode: Episode, completion, renderer: TemplateRenderer, limits: Ag
     if episode.turns >= limits.max_turns:
         episode.finish_reason = "turn_limit"
         return
-    shown = [{**m, "content": cut_middle(str(m.get("content", "")), limits.tool_output_chars)} for m in result.messages]
-    env_tokens = renderer.after_reply(shown)
+    env_tokens = renderer.after_reply(shown_messages(result.messages, limits.tool_output_chars))
     if len(episode.token_ids) + len(env_tokens) >= limits.max_total_tokens:
         episode.finish_reason = "token_budget"
         return
