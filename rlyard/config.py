@@ -45,6 +45,7 @@ class ModelConfig(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    init_from: str | None = None  # a run folder of `rlyard sft` / `rlyard train` (or its checkpoints/step_N): its weights start the policy
 
 
 class EnvConfig(Strict):
@@ -200,6 +201,34 @@ class OrchestrateConfig(Strict):
     shutdown_timeout_s: float = Field(30.0, gt=0.0)  # async: how long stopping waits for rollout threads
 
 
+class SftConfig(Strict):
+    """`rlyard sft`: supervised fine-tuning on conversations (docs/sft.md). The defaults train the
+    embedded SmolLM2-135M with LoRA on a few hundred conversations on a laptop CPU in minutes."""
+
+    data: str | None = None  # JSONL, one conversation per line; `rlyard sft DATA` sets it
+    eval_data: str | None = None  # held-out JSONL; None = hold out eval_fraction of data
+    eval_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # share of data held out (at least one conversation; 0 = none)
+    epochs: int = Field(2, ge=1)  # passes over the training conversations (when steps is None)
+    steps: int | None = Field(None, ge=1)  # optimizer steps; None = epochs x steps per epoch
+    batch_size: int = Field(8, ge=1)  # conversations per optimizer step
+    micro_batch_size: int = Field(4, ge=1)  # conversations per forward/backward; must divide batch_size
+    max_length: int = Field(2048, ge=16)  # tokens per conversation; longer ones are cut (their later replies lost)
+    length_window: int = Field(16, ge=1)  # micro-batches whose conversations are sorted by length together; 1 = no grouping
+    lr: float = Field(2e-4, gt=0.0)  # AdamW peak learning rate (2e-4 suits LoRA; full fine-tuning wants ~2e-5)
+    schedule: Literal["cosine", "constant"] = "cosine"  # after the warmup: cosine decay to 0, or constant
+    warmup_steps: int = Field(5, ge=0)  # linear warmup from lr / warmup_steps to lr
+    weight_decay: float = Field(0.0, ge=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0)  # gradient clipping
+    eval_every: int = Field(10, ge=0)  # held-out loss every N steps (also before the first and after the last); 0 = only those
+    seed: int = 0  # the held-out split, the data order and the LoRA init
+
+    @model_validator(mode="after")
+    def _micro_batches_fill_a_batch(self) -> "SftConfig":
+        if self.batch_size % self.micro_batch_size:
+            raise FieldError("micro_batch_size", self.micro_batch_size, f"must divide sft.batch_size ({self.batch_size})")
+        return self
+
+
 class RunConfig(Strict):
     name: str = "run"
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -211,6 +240,7 @@ class RunConfig(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
     orchestrate: OrchestrateConfig = Field(default_factory=OrchestrateConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)
 
     @model_validator(mode="after")
     def _int8_runs_on_cpu(self) -> "RunConfig":
