@@ -1,20 +1,25 @@
-"""Building the pieces of a run from its config: model, engine, learner, tasks."""
+"""Building the pieces of a run from its config: model, engine, learner, tasks.
+
+The starting policy is `model.name`, or with `model.init_from` the last checkpoint of an earlier
+run (`rlyard sft` or `rlyard train`) on top of that run's own starting policy (`initial_model`).
+"""
 from __future__ import annotations
 
 import copy
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from rlyard.config import RunConfig, training_algo
+from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, training_algo
 from rlyard.data import TaskStream
 from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
 from rlyard.models import add_lora, is_peft, load_model, load_tokenizer
-from rlyard.models.lora import merged_weights
-from rlyard.train import Learner
+from rlyard.models.lora import load_trainable_state_dict, merged_weights
+from rlyard.train import Learner, latest_checkpoint
 from rlyard.types import Task
 
 
@@ -54,10 +59,7 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     seed_everything(config.train.seed)
     tokenizer = load_tokenizer(config.model.name)
     if model is None:
-        model = load_model(config.model.name, config.model.dtype, config.model.device)
-        if (train if adapter is None else adapter) and config.model.lora.enabled:
-            lora = config.model.lora
-            model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+        model = policy_model(config.model, train if adapter is None else adapter)
     family = get_family(config.env.name)
     env_seed, options = config.env.seed, config.env.options
     stream = TaskStream(family.make_tasks("train", config.env.train_size, env_seed, **options), seed=env_seed) if train else None
@@ -66,6 +68,56 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
                       config.rollout.max_new_tokens) if train else None
     engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
+
+
+def policy_model(model_config: ModelConfig, adapter: bool = True):
+    """The model a run trains: its starting weights (`initial_model`), with a fresh LoRA adapter
+    when `adapter` and `model.lora.enabled` (full fine-tuning trains the weights themselves)."""
+    model = initial_model(model_config)
+    if adapter and model_config.lora.enabled:
+        lora = model_config.lora
+        model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+    return model
+
+
+def initial_model(model_config: ModelConfig):
+    """The starting policy as a plain model (no adapter): `model.name`, or the weights of the
+    `model.init_from` run's last checkpoint.
+
+    A LoRA run's adapter is merged into its base and a new run adds a fresh adapter on top,
+    rather than training the old one on. So the reference of a KL term (the adapter switched off)
+    is the earlier run's policy, e.g. the SFT model that RL should stay near; the new run may
+    pick its own rank and target modules, or full fine-tuning; and chains (SFT, then RL, then RL
+    again) load the same way at any depth, each run's base being its `init_from` run's result.
+    """
+    if model_config.init_from is None:
+        return load_model(model_config.name, model_config.dtype, model_config.device)
+    checkpoint = init_checkpoint(model_config.init_from)
+    source = load_run_config(checkpoint.parent.parent).model
+    if source.name != model_config.name:
+        raise ConfigError(f"model.init_from: {model_config.init_from} was trained from model.name={source.name}, "
+                          f"this run has model.name={model_config.name}; set model.name={source.name}")
+    model = initial_model(source.model_copy(update={"dtype": model_config.dtype, "device": model_config.device}))
+    # The weights only: load_checkpoint would also restore the earlier run's RNG state.
+    weights = torch.load(checkpoint / "weights.pt", map_location="cpu", weights_only=True)
+    if not source.lora.enabled:
+        load_trainable_state_dict(model, weights)
+        return model
+    lora = source.lora
+    with torch.random.fork_rng(devices=[]):  # the old adapter's throwaway init leaves this run's seeded draws alone
+        model = add_lora(model, lora.rank, lora.alpha, 0.0, lora.target_modules)
+    load_trainable_state_dict(model, weights)
+    return model.merge_and_unload()
+
+
+def init_checkpoint(init_from: str) -> Path:
+    """The checkpoint `model.init_from` names: a run folder's latest, or one checkpoints/step_N folder."""
+    given = Path(init_from)
+    checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
+    if checkpoint is None:
+        raise ConfigError(f"model.init_from: no checkpoint in {given} (expected the folder of a finished "
+                          "rlyard sft / rlyard train run, or one of its checkpoints/step_N folders)")
+    return checkpoint
 
 
 def engine_model_for(model, config: RunConfig):
@@ -77,7 +129,7 @@ def engine_model_for(model, config: RunConfig):
     """
     if not is_peft(model) and config.orchestrate.mode == "sync" and config.rollout.quantize == "none":
         return model
-    engine_model = copy.deepcopy(model) if not is_peft(model) else load_model(config.model.name, config.model.dtype, config.model.device)
+    engine_model = copy.deepcopy(model) if not is_peft(model) else initial_model(config.model)
     engine_model.requires_grad_(False)
     return engine_model.eval()
 
