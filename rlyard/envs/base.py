@@ -71,3 +71,5 @@ class Family:
     description: str = ""
     multi_turn: bool = False  # True: episodes go through the agent loop (tools, several turns)
     validate: Callable[..., list] | None = None  # (options, task_ids, jobs, progress) -> checks with .ok (`rlyard envs validate`)
+    # (task, rng: random.Random) -> the reply texts that solve it through make_env()'s env (`rlyard collect`)
+    oracle: Callable[..., list[str]] | None = None

@@ -1,11 +1,12 @@
 """code: software-engineering tasks in a repository, graded by hidden tests in the sandbox."""
 from rlyard.envs.base import Family
 from rlyard.envs.code.env import CodeEnv, make_env
+from rlyard.envs.code.oracle import oracle
 from rlyard.envs.code.tasks import make_tasks
 from rlyard.envs.code.validate import validate
 
 FAMILY = Family(
-    name="code", make_tasks=make_tasks, make_env=make_env, verify=None, multi_turn=True, validate=validate,
+    name="code", make_tasks=make_tasks, make_env=make_env, verify=None, multi_turn=True, validate=validate, oracle=oracle,
     description="Multi-turn: fix an issue in a Python repository with tools in the sandbox; hidden tests grade it.",
 )
 
