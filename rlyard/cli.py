@@ -1,4 +1,4 @@
-"""`rlyard train | eval | serve | agent | envs`: the command line."""
+"""`rlyard train | sft | eval | serve | agent | envs`: the command line."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +16,8 @@ EPILOG = """examples:
   rlyard train configs/quickstart.yaml algo=dapo   # a preset from configs/algos/ (grpo, dr_grpo, dapo, ppo, ...)
   rlyard train --resume runs/quickstart-20261130-101500
   rlyard train configs/quickstart.yaml algo=dapo --print-config   # the resolved config, nothing runs
+  rlyard sft demos.jsonl sft.epochs=2             # supervised fine-tuning on tool-calling conversations
+  rlyard train configs/files.yaml model.init_from=runs/sft-demos-20261130-101500   # RL from the SFT weights
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
   rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
   rlyard agent --workspace ./repo --base-url http://127.0.0.1:8000/v1 "Fix the failing test"
@@ -49,6 +51,71 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"[rlyard] held-out greedy accuracy: base {result.base_accuracy:.1%} -> final {result.final_accuracy:.1%} "
               f"({(result.final_accuracy - result.base_accuracy) * 100:+.1f} points)")
     print(f"[rlyard] metrics: {run_dir / 'metrics.jsonl'}  curve: {run_dir / 'reward_curve.png'}")
+    return 0
+
+
+SFT_EPILOG = """examples:
+  rlyard sft demos.jsonl                                       # embedded SmolLM2-135M, LoRA, defaults of the sft section
+  rlyard sft demos.jsonl model.name=embedded sft.epochs=2 sft.lr=1e-4
+  rlyard sft demos.jsonl sft.eval_data=held_out.jsonl          # a separate held-out file instead of sft.eval_fraction
+  rlyard sft demos.jsonl model.lora.enabled=false sft.lr=2e-5  # full fine-tuning
+  rlyard sft demos.jsonl configs/files.yaml                    # model and agent limits (tool_output_chars) of an RL config
+  rlyard sft --resume runs/sft-demos-20261130-101500           # continue a killed run (same data order)
+  rlyard sft demos.jsonl --print-config                        # the resolved config, nothing runs
+  rlyard train configs/files.yaml model.init_from=runs/sft-demos-20261130-101500  # then RL from it
+
+DATA.jsonl: one conversation per line, {"messages": [...], "tools": [...], "metadata": {...}};
+assistant messages hold the reply text or OpenAI tool_calls (written out as Hermes <tool_call>
+blocks). The loss covers the assistant tokens only, tokenised exactly as the RL rollout would
+hold them. Details: docs/sft.md
+"""
+
+
+def split_sft_args(inputs: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """`rlyard sft [DATA] [CONFIG] [OVERRIDES...]` in any order: (data, config, overrides).
+    An argument with `=` is an override, one ending in .yaml / .yml the config, any other the data."""
+    data, path, overrides = None, None, []
+    for item in inputs:
+        if "=" in item:
+            overrides.append(item)
+        elif item.endswith((".yaml", ".yml")) and path is None:
+            path = item
+        elif data is None:
+            data = item
+        else:
+            raise ConfigError(f"rlyard sft takes one data file, got {data} and {item} (overrides look like key.path=value)")
+    return data, path, overrides
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    data, path, overrides = split_sft_args(args.inputs)
+    if args.resume:
+        if path is not None or data is not None:
+            raise ConfigError("--resume reads the run's saved config.yaml (its sft.data too); pass only overrides (e.g. sft.steps=60)")
+        run_dir = Path(args.resume)
+        config = load_run_config(run_dir, overrides)
+    else:
+        config = load_config(path, overrides)  # without a file: the defaults (embedded model, LoRA)
+        if data is not None:
+            config.sft.data = data
+        if not config.sft.data:
+            raise ConfigError("sft.data: no conversations given; run `rlyard sft DATA.jsonl` (see rlyard sft --help)")
+        run_dir = Path(config.output.run_dir or f"runs/sft-{Path(config.sft.data).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.print_config:
+        source = Path(args.resume) / "config.yaml" if args.resume else resolve_config_path(path) if path else "the defaults"
+        print(f"# resolved from {source}{' with overrides ' + ' '.join(overrides) if overrides else ''}")
+        print(dump_config(config), end="")
+        return 0
+    from rlyard.sft.train import train_sft  # torch and the model code: not needed to resolve a config
+
+    print(f"[rlyard] run folder: {run_dir}")
+    result = train_sft(config, run_dir, resume=bool(args.resume))
+    print(f"[rlyard] done: {result.steps} steps, training {result.train_seconds / 60:.1f} min, wall time {result.wall_seconds / 60:.1f} min")
+    if result.final_eval_loss is not None:
+        before = f"{result.base_eval_loss:.4f} -> " if result.base_eval_loss is not None else ""
+        print(f"[rlyard] held-out loss: {before}{result.final_eval_loss:.4f}")
+    print(f"[rlyard] metrics: {run_dir / 'metrics.jsonl'}  curve: {run_dir / 'loss_curve.png'}")
+    print(f"[rlyard] RL from it: rlyard train CONFIG model.init_from={run_dir}")
     return 0
 
 
@@ -233,6 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     train.add_argument("--print-config", action="store_true",
                        help="print the resolved config (file, presets and overrides applied) as YAML and exit")
+    sft = sub.add_parser("sft", help="supervised fine-tuning on tool-calling conversations (JSONL)", epilog=SFT_EPILOG,
+                         usage="rlyard sft DATA.jsonl [CONFIG.yaml] [OVERRIDES ...] [--resume RUN_DIR] [--print-config]",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Fine-tune the policy on demonstrations; the run folder then starts RL with model.init_from.")
+    sft.add_argument("inputs", nargs="*", metavar="DATA.jsonl CONFIG.yaml OVERRIDES",
+                     help="the conversations, an optional YAML config (default: the built-in defaults), and dotted overrides "
+                          "such as sft.epochs=2 sft.lr=1e-4")
+    sft.add_argument("--resume", metavar="RUN_DIR", help="continue an sft run from its latest checkpoint")
+    sft.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     ev = sub.add_parser("eval", help="greedy pass@1 and sampled pass@k on an environment's held-out split")
     ev.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml, here or shipped with rlyard)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.name=countdown model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
@@ -276,20 +352,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs}[args.command](args)
+        return COMMANDS[args.command](args)
     except ConfigError as exc:
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
         from rlyard.envs.code.loaders import SourceError
+        from rlyard.sft.data import DataError
 
-        if not isinstance(exc, SourceError):  # a bad row or task file: one line, no traceback
+        if not isinstance(exc, (SourceError, DataError)):  # a bad row, task or data file: one line, no traceback
             raise
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\nrlyard: interrupted; resume with: rlyard train --resume RUN_DIR", file=sys.stderr)
+        print(f"\nrlyard: interrupted; resume with: rlyard {args.command} --resume RUN_DIR", file=sys.stderr)
         return 130
+
+
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs}
 
 
 if __name__ == "__main__":
