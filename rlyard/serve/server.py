@@ -3,18 +3,23 @@
 Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (tools in the
 Hermes <tool_call> convention, streaming or not). Under /sessions/<id>/v1/... every call is
 recorded token by token, so an agent harness pointed at that base URL can be trained by rlyard
-unchanged: GET /sessions/<id>/trajectories returns what it did as rlyard Trajectories.
+unchanged: GET /sessions/<id>/trajectories returns what it did as rlyard Trajectories, and
+GET /sessions/<id>/messages its conversations with the exact reply texts (GET /sessions lists
+the ids), which `rlyard collect --sessions` turns into demonstrations. With `record_dir` each
+session's conversations are also written to <record_dir>/<id>.json after every reply.
 Standard library only (ThreadingHTTPServer); one engine call at a time.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
@@ -31,12 +36,25 @@ class ApiError(Exception):
 
 
 class RlyardServer:
-    def __init__(self, engine, tokenizer, model_name: str, stop_token_ids: tuple[int, ...], max_tokens_default: int = 256):
+    def __init__(self, engine, tokenizer, model_name: str, stop_token_ids: tuple[int, ...], max_tokens_default: int = 256,
+                 record_dir: str | Path | None = None):
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
         self.stop_token_ids, self.max_tokens_default = stop_token_ids, max_tokens_default
         self.renderer = TemplateRenderer(tokenizer, stop_token_ids)
         self.sessions: dict[str, Session] = {}
         self.engine_lock = threading.Lock()
+        self.record_dir = Path(record_dir) if record_dir is not None else None
+
+    def record(self, session: Session) -> None:
+        """Write the session's conversations to <record_dir>/<id>.json (temp file + rename: a
+        reader never sees half a file), so they outlive the server process."""
+        if self.record_dir is None:
+            return
+        self.record_dir.mkdir(parents=True, exist_ok=True)
+        path = self.record_dir / f"{session.id}.json"
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(session.export()))
+        os.replace(tmp, path)
 
     def session(self, session_id: str) -> Session:
         return self.sessions.setdefault(session_id, Session(session_id))
@@ -96,10 +114,12 @@ class RlyardServer:
                              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in parsed.calls]}
                         finish = "tool_calls"
                 if session is not None:
-                    session.record_reply(completion, message)
+                    session.record_reply(completion, message, text)
                 choices.append({"index": index, "message": message, "finish_reason": finish,
                                 "logprobs": {"content": [{"token": self.tokenizer.decode([t]), "logprob": lp}
                                                          for t, lp in zip(completion.token_ids, completion.logprobs)]} if body.get("logprobs") else None})
+            if session is not None:
+                self.record(session)
         completion_tokens = sum(len(c.token_ids) for c in completions)
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": self.model_name,
                 "choices": choices, "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
@@ -151,6 +171,10 @@ def make_handler(server: RlyardServer):
                 return self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": 0, "owned_by": "rlyard"}]})
             if session is not None and path.rstrip("/") == "/trajectories":
                 return self._send(200, {"session": session.id, "trajectories": [t.to_dict() for t in session.trajectories()]})
+            if session is not None and path.rstrip("/") == "/messages":
+                return self._send(200, session.export())
+            if session is None and path.rstrip("/") == "/sessions":
+                return self._send(200, {"sessions": sorted(i for i, s in list(server.sessions.items()) if s.segments)})
             self._error(ApiError(404, f"no route GET {self.path}"))
 
         def do_POST(self):

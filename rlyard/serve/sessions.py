@@ -6,11 +6,16 @@ reply as tokens: when the next request repeats that conversation plus new messag
 prompt is built by appending only the rendered new messages to the remembered tokens (nothing
 is decoded and re-encoded). A request that does not continue the conversation starts a new
 segment; each segment becomes one Trajectory.
+
+Each segment also keeps the exact text of every sampled reply (the client sees parsed tool
+calls instead), so `export` can give the conversation as the policy saw and wrote it: the
+demonstrations `rlyard collect --sessions` turns into supervised data.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from rlyard.agent.loop import TemplateRenderer, TokenRecord
 from rlyard.types import Completion, Message, Trajectory
@@ -21,6 +26,8 @@ class Segment(TokenRecord):
     messages: list[Message]  # the conversation so far, including the last assistant reply
     turns: int = 0
     finish_reason: str = ""
+    system_extra: str = ""  # the tool instructions with_system added to the prompt of this segment
+    replies: dict[int, str] = field(default_factory=dict)  # index in messages -> the exact sampled text
 
 
 class Session:
@@ -38,13 +45,15 @@ class Session:
                 current.extend(renderer.after_reply(new), sampled=False)
                 current.messages = list(messages)
                 return list(current.token_ids)
-        segment = Segment(messages=list(messages))
+        segment = Segment(messages=list(messages), system_extra=system_extra)
         segment.extend(renderer.prompt(with_system(messages, system_extra)), sampled=False)
         self.segments.append(segment)
         return list(segment.token_ids)
 
-    def record_reply(self, completion: Completion, reply_message: Message) -> None:
+    def record_reply(self, completion: Completion, reply_message: Message, text: str | None = None) -> None:
+        """Append the reply; `text` is what the policy sampled, decoded (the message may hold parsed tool calls)."""
         segment = self.segments[-1]
+        segment.replies[len(segment.messages)] = (reply_message.get("content") or "") if text is None else text
         segment.extend(completion.token_ids, sampled=True, logprobs=list(completion.logprobs), version=completion.policy_version)
         segment.messages.append(reply_message)
         segment.turns += 1
@@ -57,6 +66,20 @@ class Session:
                        finish_reason=s.finish_reason, turns=s.turns)
             for s in self.segments if any(s.loss_mask)
         ]
+
+    def export(self) -> dict[str, Any]:
+        """Every segment with a sampled reply as a plain conversation: the system message with the
+        tool instructions the prompt had, each sampled reply as its exact text, other messages as
+        role and content (what the chat template rendered)."""
+        conversations = []
+        for s in self.segments:
+            if not s.replies:
+                continue
+            plain = [{"role": m["role"], "content": s.replies[i] if i in s.replies else m.get("content") or ""}
+                     for i, m in enumerate(s.messages)]
+            conversations.append({"messages": with_system(plain, s.system_extra), "turns": s.turns,
+                                  "finish_reason": s.finish_reason})
+        return {"session": self.id, "conversations": conversations}
 
 
 def with_system(messages: list[Message], extra: str) -> list[Message]:
