@@ -311,6 +311,8 @@ def test_rl_starts_from_the_sft_weights_and_trains(demos, tiny_model_dir, tmp_pa
     result = train(config, rl_dir)
     rows = [json.loads(line) for line in (rl_dir / "metrics.jsonl").read_text().splitlines()]
     assert result.steps == 1 and [row["step"] for row in rows] == [1] and "loss/policy" in rows[0]
+    chained = initial_model(ModelConfig(name=str(tiny_model_dir), init_from=str(rl_dir)))  # SFT -> RL -> the next run
+    assert chained.state_dict().keys() == base.keys()
 
 
 def test_init_from_names_what_is_wrong(tmp_path, demos, tiny_model_dir):
