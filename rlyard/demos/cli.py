@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"-n must be >= 0 and --per-task >= 1, got {args.n}, {args.per_task}")
             report = collect_with_bar(args)
             label = f"{args.env} oracle, train split"
-    except (NoOracle, FamilyNotFound, ValueError, FileNotFoundError, OSError) as e:
+    except (NoOracle, FamilyNotFound, ValueError, RuntimeError, OSError) as e:
         print(f"rlyard collect: {e}", file=sys.stderr)
         return 2
     count = write_jsonl(args.out, report.demos)
@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.failed or not count else 0
 
 
-def collect_with_bar(args: argparse.Namespace):
+def collect_with_bar(args: argparse.Namespace) -> "Report":  # noqa: F821 (imported lazily: no registry at parse time)
+    """The oracle collection with a tqdm bar (as `rlyard eval` draws one), sized once the tasks are known."""
     from tqdm import tqdm
 
     from rlyard.demos.collect import collect_oracle, oracle_family
