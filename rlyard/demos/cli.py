@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the registry and the families load only when a collection runs
+    from rlyard.demos.collect import Report
 
 EXAMPLES = """examples:
   rlyard collect files -n 200 --out demos/files.jsonl             # oracle episodes on 200 train tasks
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.failed or not count else 0
 
 
-def collect_with_bar(args: argparse.Namespace) -> "Report":  # noqa: F821 (imported lazily: no registry at parse time)
+def collect_with_bar(args: argparse.Namespace) -> Report:
     """The oracle collection with a tqdm bar (as `rlyard eval` draws one), sized once the tasks are known."""
     from tqdm import tqdm
 
