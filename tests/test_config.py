@@ -66,8 +66,8 @@ def test_literal_lists_allowed_values():
 def test_unknown_env_lists_registered_families():
     message = error_of(["env.name=chess"])
     assert "env.name" in message and "unknown environment 'chess'" in message
-    allowed = message.split("allowed:", 1)[1]
-    for name in ("arith", "countdown", "toy"):
+    allowed = message.split("known:", 1)[1]
+    for name in ("arith", "countdown", "toy", "module:attribute"):
         assert name in allowed
 
 
