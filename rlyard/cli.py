@@ -1,4 +1,4 @@
-"""`rlyard train | sft | eval | serve | agent | envs`: the command line."""
+"""`rlyard train | sft | collect | eval | serve | agent | envs`: the command line."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rlyard.config import (ConfigError, default_config_path, dump_config, load_config, load_run_config, resolve_config_path,
                            split_config_args)
+from rlyard.demos import cli as collect_cli
 
 EPILOG = """examples:
   rlyard train                                    # quickstart: embedded SmolLM2-135M learns 2-digit addition on CPU
@@ -16,6 +17,7 @@ EPILOG = """examples:
   rlyard train configs/quickstart.yaml algo=dapo   # a preset from configs/algos/ (grpo, dr_grpo, dapo, ppo, ...)
   rlyard train --resume runs/quickstart-20261130-101500
   rlyard train configs/quickstart.yaml algo=dapo --print-config   # the resolved config, nothing runs
+  rlyard collect files -o hops=2 -n 200 --out demos.jsonl   # oracle demonstrations on train tasks
   rlyard sft demos.jsonl sft.epochs=2             # supervised fine-tuning on tool-calling conversations
   rlyard train configs/files.yaml model.init_from=runs/sft-demos-20261130-101500   # RL from the SFT weights
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
@@ -197,7 +199,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config, components, _ = load_policy(args, ["eval.size=0"])
     app = RlyardServer(components.engine, components.tokenizer, args.model_name or config.model.name,
-                       components.stop_token_ids, max_tokens_default=config.rollout.max_new_tokens)
+                       components.stop_token_ids, max_tokens_default=config.rollout.max_new_tokens, record_dir=args.record)
     httpd = serve(app, args.host, args.port)
     print(f"[rlyard] serving {app.model_name} at http://{args.host}:{httpd.server_address[1]}/v1 "
           f"(sessions: /sessions/<id>/v1, recorded at /sessions/<id>/trajectories)", flush=True)
@@ -325,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--model-name", help="the model id reported by /v1/models (default: model.name)")
+    sv.add_argument("--record", metavar="DIR", help="also write each session's conversations to DIR/<id>.json after every "
+                                                    "reply (for rlyard collect --sessions DIR)")
     ag = sub.add_parser("agent", help="a minimal tool-using agent against any OpenAI-compatible endpoint")
     ag.add_argument("task", help="the task text, or @FILE to read it from a file")
     ag.add_argument("--workspace", required=True, help="the folder the agent works in (the only writable path in its sandbox)")
@@ -334,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--max-turns", type=int, default=10)
     ag.add_argument("--max-tokens", type=int, default=512)
     ag.add_argument("--temperature", type=float, default=0.0)
+    collect_cli.add_parser(sub)
     envs = sub.add_parser("envs", help="list environment families, print tasks, or validate a task set",
                           epilog="examples:\n  rlyard envs list\n  rlyard envs show code -n 2\n  rlyard envs validate code\n"
                                  "  rlyard envs validate code -o source=swe.jsonl -o mirrors=./mirrors --jobs 4",
@@ -365,11 +370,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\nrlyard: interrupted; resume with: rlyard {args.command} --resume RUN_DIR", file=sys.stderr)
+        hint = f"; resume with: rlyard {args.command} --resume RUN_DIR" if args.command in ("train", "sft") else ""
+        print(f"\nrlyard: interrupted{hint}", file=sys.stderr)
         return 130
 
 
-COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs}
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs,
+            "collect": collect_cli.run}
 
 
 if __name__ == "__main__":

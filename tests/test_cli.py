@@ -153,3 +153,15 @@ def test_eval_checkpoint_json_goes_into_the_run_folder(tiny_run, tmp_path, monke
 def test_eval_k_above_samples_exits_2_before_loading(capsys):
     assert main(["eval", "--k", "4"]) == 2
     assert "--k 4 needs --samples >= 4" in capsys.readouterr().err
+
+
+def test_collect_is_a_command_and_writes_demonstrations(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "demos.jsonl"
+    assert main(["collect", "files", "-n", "3", "--out", str(out), "--no-progress"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(row["metadata"]["reward"] == 1.0 for row in rows)
+    assert main(["collect", "arith", "-n", "1", "--out", str(tmp_path / "none.jsonl")]) == 2
+    assert "has no oracle" in capsys.readouterr().err
+    assert "collect" in run_cli("--help").stdout
