@@ -143,7 +143,8 @@ def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
     if checkpoint is not None:
         from rlyard.train import load_checkpoint
 
-        push_weights(components, load_checkpoint(checkpoint, components.model)["policy_version"])
+        state = load_checkpoint(checkpoint, components.model)
+        push_weights(components, state.get("policy_version", state.get("step", 0)))  # an sft checkpoint has no policy version
     return config, components, checkpoint
 
 

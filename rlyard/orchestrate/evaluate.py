@@ -29,10 +29,12 @@ def evaluate(
     `progress(done, total)` is called after each batch of episodes, counted as greedy episodes
     (one per task) plus sampled ones (`samples` per task). A sampled batch holds about
     `batch_size` episodes (at least one task), so the count moves often even with many samples.
-    Counts (`tasks`, `infra_errors`) are ints, rates floats.
+    Counts (`tasks`, `infra_errors`) are ints, rates floats. Besides accuracy: mean sampled tokens,
+    mean turns and the mean of each reward component over the greedy episodes (for tool families
+    e.g. `mean_malformed_calls`, `mean_tool_calls`: how an agent behaves, not only whether it won).
     """
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
-    correct, infra, lengths = 0, 0, []
+    correct, infra, lengths, turns, components = 0, 0, [], [], {}
     per_task_hits: list[int] = []
     total, done = len(tasks) * (1 + samples), 0
     tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
@@ -42,6 +44,9 @@ def evaluate(
             correct += traj.reward >= 1.0
             infra += traj.infra_error
             lengths.append(traj.num_sampled_tokens)
+            turns.append(traj.turns)
+            for name, value in traj.components.items():
+                components.setdefault(name, []).append(float(value))
         done += len(chunk)
         if progress is not None:
             progress(done, total)
@@ -58,6 +63,8 @@ def evaluate(
     result: dict[str, float | int] = {
         "tasks": len(tasks), "accuracy": correct / max(1, len(tasks)),
         "infra_errors": int(infra), "mean_tokens": sum(lengths) / max(1, len(lengths)),
+        "mean_turns": sum(turns) / max(1, len(turns)),
+        **{f"mean_{name}": sum(values) / len(values) for name, values in sorted(components.items())},
     }
     if samples:
         result[f"pass@{k}"] = sum(pass_at_k(samples, hits, k) for hits in per_task_hits) / len(per_task_hits)
