@@ -148,9 +148,15 @@ def test_ctrl_c_stops_the_run_without_hanging(tmp_path, tiny_model_dir):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt_after_two_steps, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        train(config, tmp_path)
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no handler of its
+    # own: this test must not depend on how the suite was launched.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_after_two_steps, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            train(config, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     interrupted = time.perf_counter()
     assert not [t for t in threading.enumerate() if t.name.startswith("rlyard-rollout")]
     assert time.perf_counter() - interrupted < 1.0
