@@ -130,10 +130,10 @@ def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
     overrides = [*overrides, *extra_overrides]
     checkpoint = None
     if args.checkpoint:
-        from rlyard.train import latest_checkpoint
+        from rlyard.train import find_checkpoint
 
         given = Path(args.checkpoint)
-        checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
+        checkpoint = find_checkpoint(given)
         if checkpoint is None:
             raise ConfigError(f"no checkpoint found in {given} (expected a run folder or a checkpoints/step_N folder)")
         config = load_run_config(checkpoint.parent.parent, overrides)
@@ -225,13 +225,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 def cmd_envs(args: argparse.Namespace) -> int:
     from rlyard.envs import family_names, get_family
+    from rlyard.envs.splits import parse_option_pairs
 
     if args.action == "list":
         for name in family_names():
             print(f"{name:<12} {get_family(name).description}")
         return 0
     family = get_family(args.name)
-    options = parse_options(args.option)
+    options = parse_option_pairs(args.option)
     if args.action == "validate":
         return validate_family(family, options, args.task, args.jobs)
     tasks = family.make_tasks(args.split, args.n, 0, **options)
@@ -249,18 +250,6 @@ def no_tasks_message(family, options: dict, split: str, n: int) -> str:
     if n == 0:
         return f"no tasks asked for (-n 0) in split {split}"
     return f"no tasks in split {split} for {family.name} with options {options or '{}'}"
-
-
-def parse_options(pairs: list[str]) -> dict:
-    import yaml
-
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--option takes KEY=VALUE, got {pair!r}")
-        options[key] = yaml.safe_load(value)
-    return options
 
 
 def validate_family(family, options: dict, task_ids: list[str], jobs: int) -> int:

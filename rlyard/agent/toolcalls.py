@@ -293,6 +293,16 @@ def _parse_bash(reply: str, bash_multi: str) -> ParseResult:
 # ---------------------------------------------------------------- prompts and errors
 
 
+def hermes_call(name: str, arguments: dict[str, Any]) -> str:
+    """One call in the Hermes markup `_parse_hermes` reads: <tool_call>, a JSON object on its own line, </tool_call>."""
+    return f"{OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{CLOSE}"
+
+
+def shell_quote(text: str) -> str:
+    """`text` as one single-quoted shell word (what a bash tool call or a bash block runs)."""
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
 def render_tool_specs(tools: list[dict | str], fmt: str) -> str:
     """System-prompt text that teaches the model the format and lists the tools."""
     specs = [normalize_tool(t) for t in tools]

@@ -43,16 +43,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def parse_options(pairs: list[str]) -> dict:
-    """KEY=VALUE pairs, each value read as YAML (hops=2 -> 2), as `rlyard envs -o` reads them."""
-    import yaml
+    """`rlyard envs -o`'s KEY=VALUE reading; a key may also be spelled env.options.KEY, as in a config."""
+    from rlyard.envs.splits import parse_option_pairs
 
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"-o takes KEY=VALUE, got {pair!r}")
-        options[key.removeprefix("env.options.")] = yaml.safe_load(value)
-    return options
+    return parse_option_pairs([pair.removeprefix("env.options.") for pair in pairs], "-o")
 
 
 def run(args: argparse.Namespace) -> int:

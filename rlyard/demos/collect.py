@@ -14,9 +14,7 @@ make every later eval number a measure of memory.
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 import traceback
 import urllib.request
 from dataclasses import dataclass, field
@@ -25,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 from rlyard.envs import get_family
 from rlyard.envs.base import Family
+from rlyard.observe.store import write_atomic
 from rlyard.types import Task
 
 
@@ -162,19 +161,10 @@ def collect_sessions(source: str, env_name: str | None = None) -> Report:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write one JSON object per line to a temp file beside `path`, then rename it over `path`: a
-    killed run never leaves half a file that sft would read. Returns the number of lines."""
+    """Write one JSON object per line, atomically (`write_atomic`): a killed run never leaves half
+    a file that sft would read. Returns the number of lines."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "w") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count
+    lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records]
+    write_atomic(path, "".join(lines).encode())
+    return len(lines)

@@ -7,14 +7,12 @@ the markup here means every oracle writes the same shape the parser and the syst
 """
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
+from rlyard.agent.toolcalls import hermes_call, shell_quote
 
-def hermes_call(name: str, arguments: dict[str, Any]) -> str:
-    """One call in the Hermes markup: <tool_call>, a JSON object on its own line, </tool_call>."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+__all__ = ["bash_reply", "hermes_call", "hermes_reply", "heredoc_delimiter", "say", "shell_quote"]
 
 
 def hermes_reply(thought: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
@@ -33,11 +31,6 @@ def say(rng: random.Random, phrasings: list[str], **values: Any) -> str:
     """One of several phrasings of a thought, filled in: demonstrations that vary their words
     keep the policy from learning one fixed string instead of the behaviour."""
     return rng.choice(phrasings).format(**values)
-
-
-def shell_quote(text: str) -> str:
-    """`text` as one single-quoted shell word."""
-    return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
 def heredoc_delimiter(text: str, base: str = "EOF") -> str:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import yaml
+
+from rlyard.config import ConfigError
+
 SPLITS = ("train", "eval")
 EVAL_PERCENT = 10
 
@@ -28,3 +32,14 @@ def merge_options(family: str, split: str, n: int, options: dict[str, Any], defa
     if unknown:
         raise ValueError(f"unknown {family} option(s) {unknown}; allowed: {sorted(defaults)}")
     return {**defaults, **options}
+
+
+def parse_option_pairs(pairs: list[str], flag: str = "--option") -> dict[str, Any]:
+    """KEY=VALUE family options (`rlyard envs -o`, `rlyard collect -o`), each value read as YAML (hops=2 -> 2)."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} takes KEY=VALUE, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options

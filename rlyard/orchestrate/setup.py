@@ -19,7 +19,7 @@ from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
 from rlyard.models import add_lora, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights
-from rlyard.train import Learner, latest_checkpoint
+from rlyard.train import Learner, find_checkpoint
 from rlyard.types import Task
 
 
@@ -113,7 +113,7 @@ def initial_model(model_config: ModelConfig):
 def init_checkpoint(init_from: str) -> Path:
     """The checkpoint `model.init_from` names: a run folder's latest, or one checkpoints/step_N folder."""
     given = Path(init_from)
-    checkpoint = given if (given / "weights.pt").exists() else latest_checkpoint(given)
+    checkpoint = find_checkpoint(given)
     if checkpoint is None:
         raise ConfigError(f"model.init_from: no checkpoint in {given} (expected the folder of a finished "
                           "rlyard sft / rlyard train run, or one of its checkpoints/step_N folders)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import threading
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
+from rlyard.observe.store import write_atomic
 from rlyard.serve.sessions import Session, with_system
 from rlyard.types import SamplingParams
 
@@ -51,10 +51,7 @@ class RlyardServer:
         if self.record_dir is None:
             return
         self.record_dir.mkdir(parents=True, exist_ok=True)
-        path = self.record_dir / f"{session.id}.json"
-        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(session.export()))
-        os.replace(tmp, path)
+        write_atomic(self.record_dir / f"{session.id}.json", json.dumps(session.export()).encode())
 
     def session(self, session_id: str) -> Session:
         return self.sessions.setdefault(session_id, Session(session_id))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlyard.agent.toolcalls import CLOSE, OPEN, normalize_tool
+from rlyard.agent.toolcalls import hermes_call, normalize_tool
 from rlyard.types import Message
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -37,11 +37,6 @@ class Conversation:
     tools: list[dict] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # "demos.jsonl line 7", for messages about this conversation
-
-
-def hermes_tool_call(name: str, arguments: dict) -> str:
-    """One call as the Qwen / Hermes chat templates write it, which `parse_tool_calls(..., "hermes")` reads back."""
-    return f"{OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{CLOSE}"
 
 
 def assistant_text(content: str | None, tool_calls: list[dict]) -> str:
@@ -67,7 +62,7 @@ def assistant_text(content: str | None, tool_calls: list[dict]) -> str:
                 raise ValueError(f"{where}.function.arguments is not valid JSON ({e})") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"{where}.function.arguments must be a JSON object, got {type(arguments).__name__}")
-        calls.append(hermes_tool_call(name.strip(), arguments))
+        calls.append(hermes_call(name.strip(), arguments))
     return "\n".join(([content] if content else []) + calls)
 
 

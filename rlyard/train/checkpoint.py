@@ -61,6 +61,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path if (path / "state.pt").exists() else None
 
 
+def find_checkpoint(given: Path) -> Path | None:
+    """The checkpoint a user names: one checkpoints/step_N folder as it is, or a run folder's latest."""
+    given = Path(given)
+    return given if (given / "weights.pt").exists() else latest_checkpoint(given)
+
+
 def load_checkpoint(path: Path, model, optimizer=None, critic=None) -> dict[str, Any]:
     """Restore weights, optimizer and critic in place; return the saved state (RNG already restored)."""
     if critic is not None and not (path / "critic.pt").exists():

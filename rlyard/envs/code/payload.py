@@ -16,6 +16,7 @@ import hashlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rlyard.agent.toolcalls import shell_quote
 from rlyard.envs.code.repo import apply_patch, touched_paths
 
 RUNNER_PATH = ".rlyard/grade.py"
@@ -49,10 +50,6 @@ def trusted_test_paths(test_files: list[str], listing: list[str]) -> list[str]:
 def runner_command(tests: list[str], python: str = "python3") -> str:
     """The verifier command over test files / node ids; `python` may be a per-repository venv's."""
     return f"{python} -I {RUNNER_PATH} " + " ".join(shell_quote(t) for t in tests)
-
-
-def shell_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
 def payload(*, instance_id: str, repo: str, source: dict, problem_statement: str, test_patch: str, patch: str,
