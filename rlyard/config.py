@@ -73,6 +73,7 @@ class RolloutConfig(Strict):
     max_new_tokens: int = Field(32, ge=1)
     truncated_reward: float | None = None  # reward of a reply cut at max_new_tokens; None = verify it as is
     quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (TIS on by default); see docs/benchmarks.md
+    prefix_cache_mb: int = Field(2048, ge=0)  # keys / values kept between an episode's turns (0 = off); docs/agents.md
 
 
 ALGO_PRESETS = ("grpo", "dr_grpo", "dapo", "ppo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "remax", "gspo", "cispo")

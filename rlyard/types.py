@@ -40,6 +40,7 @@ class SamplingParams:
     max_new_tokens: int = 64
     stop_token_ids: tuple[int, ...] = ()  # generation ends after sampling any of these
     seed: int | None = None  # seeds the sampler for reproducible draws
+    cache_prefix: bool = False  # more turns follow: an engine may keep the finished sequences' KV for them
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def run_episodes(
 
     while active := [e for e in episodes if not e.finish_reason]:
         budget = max(limits.max_total_tokens - len(e.token_ids) for e in active)
-        turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)))
+        turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)), cache_prefix=True)
         for episode, completion in zip(active, generate_shared([e.token_ids for e in active], engine, turn_params)):
             advance(episode, completion, renderer, limits)
     return [finish(e, time.perf_counter() - started) for e in episodes]

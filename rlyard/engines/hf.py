@@ -7,7 +7,9 @@ prefilled once and its cache shared by its `n` completions; finished sequences l
 are computed for the last position only; the KV cache lives in buffers sized for the whole
 reply, so a decode step writes one position in place instead of copying the whole cache
 (`torch.cat`) in every layer; llama-shaped models decode through a lean step
-(`engines/decode.py`) without transformers' per-layer Python.
+(`engines/decode.py`) without transformers' per-layer Python. Across the turns of a conversation,
+a prompt that extends a sequence the engine finished reuses its keys and values
+(`engines/prefix.py`) and prefills only the new tokens.
 Logprobs are those of the temperature-scaled full distribution, which is what the learner
 recomputes, so the two agree to float precision. With `quantize="int8"` the decode step's
 projections run as fused int8 kernels (`engines/quant.py`): faster decoding on a CPU, at the
@@ -21,6 +23,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from rlyard.engines.decode import LeanDecoder, lean_decode_support
+from rlyard.engines.prefix import CachedPrefix, PrefixStore, left_padded, row_prefix
 from rlyard.engines.quant import QUANTIZE_MODES
 from rlyard.types import Completion, SamplingParams
 
@@ -66,6 +69,11 @@ class PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self._keys[:, :, : self.length], self._values[:, :, : self.length]
         return self.keys, self.values
 
+    def load(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start from these keys / values (a reused prefix) instead of empty."""
+        self.device, self.is_initialized, self.length = keys.device, True, keys.shape[-2]
+        self._reserve(max(self.capacity, self.length), keys, values)
+
     def crop(self, tokens_to_remove: int) -> None:
         super().crop(tokens_to_remove)
         if self.is_initialized:
@@ -81,9 +89,11 @@ class PreallocatedLayer(DynamicLayer):
 
 
 class HFEngine:
-    def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None, quantize: str = "none"):
+    def __init__(self, model, pad_token_id: int, autocast_dtype: torch.dtype | None = None, quantize: str = "none",
+                 prefix_cache_bytes: int = 0):
         """Llama-shaped models decode through `LeanDecoder` (and may use `quantize="int8"`);
-        others through transformers' forward."""
+        others through transformers' forward. `prefix_cache_bytes` > 0 keeps finished sequences'
+        keys / values (for calls with `cache_prefix`) within that many bytes."""
         if quantize not in QUANTIZE_MODES:
             raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
         self.model = model  # its own copy (LoRA: merged weights pushed each step) or the learner's
@@ -98,6 +108,7 @@ class HFEngine:
         # from several threads (SharedEngine) sets this and calls quantize_if_calibrated itself,
         # once no forward pass is in flight: packing mid-forward would switch layers under a batch.
         self.defer_quantization = False
+        self.prefix_store = PrefixStore(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
         """Copy `state_dict` (any subset of the weights) into the engine's model, in place; int8
@@ -112,6 +123,8 @@ class HFEngine:
                     params[name].copy_(tensor)
             if self.decoder is not None:
                 self.decoder.weights_changed({id(params[name]) for name in state_dict})
+        if self.prefix_store is not None:
+            self.prefix_store.clear()  # keys of the old weights (also when the learner's model is ours)
         self.policy_version = version
 
     def _autocast(self):
@@ -145,33 +158,21 @@ class HFEngine:
     def quantize_if_calibrated(self) -> None:
         """int8: pack the layers once a batch has measured them (a no-op otherwise). Not safe while
         another thread is inside generate: the caller must hold every forward pass back."""
-        if self.decoder is not None:
+        if self.decoder is not None and self.decoder.quantization_pending:
             self.decoder.quantize_if_calibrated()
+            if self.prefix_store is not None:
+                self.prefix_store.clear()  # fp32 keys; later turns compute int8 ones
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, n: int) -> list[Completion]:
         device = next(self.model.parameters()).device
         generator = torch.Generator(device="cpu")
         generator.manual_seed(params.seed if params.seed is not None else torch.seed() % (2**63))
-
-        # The prompts' common prefix (a system prompt, shared instructions) is prefilled once; then
-        # each distinct prompt's rest, left-padded after it; then n samples share each prompt's cache.
-        shared = common_prefix_length(prompts)
-        width = max(len(p) for p in prompts) - shared
-        layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
-        cache = Cache(layers=[PreallocatedLayer(shared + width + params.max_new_tokens) for _ in range(layers)])
-        if shared:
-            self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), cache=cache, use_cache=True, logits_to_keep=1)
-            cache.batch_repeat_interleave(len(prompts))
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), shared + width), dtype=torch.long)
-        attention[:, :shared] = 1
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) + shared :] = torch.tensor(prompt[shared:])
-            attention[row, shared + width - len(prompt) + shared :] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
-        # After a shared prefix, the tails run through the lean step's projections (int8 when
-        # quantized); the prefix (with its attention-sink first token) stayed fp32.
-        cache, logits = self._forward(cache, input_ids, positions, attention, device, lean=bool(shared))
+        store = self.prefix_store if params.cache_prefix else None
+        reusable = [store.longest_prefix(p) for p in prompts] if store is not None else [None] * len(prompts)
+        if any(reusable):
+            cache, logits, attention = self._prefill_reusing(prompts, reusable, params.max_new_tokens, device)
+        else:
+            cache, logits, attention = self._prefill(prompts, params.max_new_tokens, device)
         if n > 1:
             cache.batch_repeat_interleave(n)
             logits = logits.repeat_interleave(n, dim=0)
@@ -186,6 +187,12 @@ class HFEngine:
         active = torch.arange(total)  # row in the live batch -> output index
         stop_ids = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long)
 
+        def remember(rows: list[int]) -> None:  # before rows leave the cache: prompt + reply but its unfed last token
+            for row in rows:
+                index = int(active[row])
+                prompt, reused = prompts[index // n], reusable[index // n]
+                store.put(row_prefix(cache, attention, row, prompt + tokens[index][:-1]), replaces=reused)
+
         for step in range(params.max_new_tokens):
             sampled, sampled_logprobs = sample(logits, params, generator)
             for row, index in enumerate(active.tolist()):
@@ -194,12 +201,14 @@ class HFEngine:
             done = torch.isin(sampled.cpu(), stop_ids) if len(stop_ids) else torch.zeros(len(active), dtype=torch.bool)
             for row in done.nonzero().flatten().tolist():
                 finish[int(active[row])] = "stop"
-            if step == params.max_new_tokens - 1:
-                break
             keep = (~done).nonzero().flatten()
-            if len(keep) == 0:
+            if step == params.max_new_tokens - 1 or len(keep) == 0:
+                if store is not None:
+                    remember(list(range(len(active))))
                 break
             if len(keep) < len(active):  # finished rows leave the batch and the cache
+                if store is not None:
+                    remember(done.nonzero().flatten().tolist())
                 cache.batch_select_indices(keep.to(device))
                 active, attention, next_position = active[keep], attention[keep], next_position[keep]
                 sampled = sampled[keep.to(sampled.device)]
@@ -211,6 +220,58 @@ class HFEngine:
             Completion(token_ids=tokens[i], logprobs=logprobs[i], finish_reason=finish[i], policy_version=self.policy_version)
             for i in range(total)
         ]
+
+    def _prefill(self, prompts: list[list[int]], max_new_tokens: int, device) -> tuple[Cache, torch.Tensor, torch.Tensor]:
+        """Cache, last logits [B, V] and attention mask [B, L] after the prompts (left-padded).
+
+        The prompts' common prefix (a system prompt, shared instructions) is prefilled once, then
+        each prompt's rest, left-padded after it."""
+        shared = common_prefix_length(prompts)
+        width = max(len(p) for p in prompts) - shared
+        cache = self._new_cache(shared + width + max_new_tokens)
+        if shared:
+            self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), cache=cache, use_cache=True, logits_to_keep=1)
+            cache.batch_repeat_interleave(len(prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+        attention[:, :shared] = 1
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) + shared :] = torch.tensor(prompt[shared:])
+            attention[row, shared + width - len(prompt) + shared :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+        # After a shared prefix, the tails run through the lean step's projections (int8 when
+        # quantized); the prefix (with its attention-sink first token) stayed fp32.
+        cache, logits = self._forward(cache, input_ids, positions, attention, device, lean=bool(shared))
+        return cache, logits, attention
+
+    def _prefill_reusing(self, prompts: list[list[int]], reusable: list[CachedPrefix | None], max_new_tokens: int,
+                         device) -> tuple[Cache, torch.Tensor, torch.Tensor]:
+        """`_prefill` for prompts of which some extend a stored sequence: its keys / values are
+        copied in, right-aligned in the cached part, and only the rest is fed, right-aligned in the
+        new part; the padding between the two is masked."""
+        reused = [len(r.tokens) if r else 0 for r in reusable]
+        width = max(len(p) - size for p, size in zip(prompts, reused))
+        cached = max(reused)
+        cache = self._new_cache(cached + width + max_new_tokens)
+        if cached:
+            for index, layer in enumerate(cache.layers):
+                layer.load(*left_padded(reusable, reused, index))
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), cached + width), dtype=torch.long)
+        for row, (prompt, size) in enumerate(zip(prompts, reused)):
+            rest = prompt[size:]
+            input_ids[row, width - len(rest) :] = torch.tensor(rest)
+            attention[row, cached - size : cached] = 1
+            attention[row, cached + width - len(rest) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, cached:]
+        self.prefix_store.count(sum(reused), sum(len(p) for p in prompts) - sum(reused))
+        # a row that starts from scratch keeps its first tokens on the fp32 path, as in `_prefill`
+        cache, logits = self._forward(cache, input_ids, positions, attention, device, lean=all(reused))
+        return cache, logits, attention
+
+    def _new_cache(self, capacity: int) -> Cache:
+        layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
+        return Cache(layers=[PreallocatedLayer(capacity) for _ in range(layers)])
 
     def _forward(self, cache: Cache, input_ids: torch.Tensor, positions: torch.Tensor, attention: torch.Tensor,
                  device: torch.device, lean: bool = True, masked: bool = True) -> tuple[Cache, torch.Tensor]:

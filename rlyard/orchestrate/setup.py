@@ -66,7 +66,8 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens) if train else None
-    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize)
+    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
+                      prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
 
 
