@@ -45,6 +45,7 @@ class ModelConfig(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    autocast: Literal["none", "bfloat16"] = "none"  # training matmuls (SFT, the learner) in bf16 over float32 weights
     init_from: str | None = None  # a run folder of `rlyard sft` / `rlyard train` (or its checkpoints/step_N): its weights start the policy
 
 
@@ -73,6 +74,7 @@ class RolloutConfig(Strict):
     max_new_tokens: int = Field(32, ge=1)
     truncated_reward: float | None = None  # reward of a reply cut at max_new_tokens; None = verify it as is
     quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (TIS on by default); see docs/benchmarks.md
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None  # the engine's weights (None: model.dtype); docs/configuration.md
     prefix_cache_mb: int = Field(2048, ge=0)  # keys / values kept between an episode's turns (0 = off); docs/agents.md
 
 
@@ -248,6 +250,9 @@ class RunConfig(Strict):
         if self.rollout.quantize == "int8" and self.model.device != "cpu":
             raise FieldError("rollout.quantize", "int8", f"int8 runs on CPU int8 kernels; with model.device={self.model.device!r} "
                              "use model.dtype=bfloat16 instead")
+        if self.rollout.quantize == "int8" and self.rollout.dtype not in (None, "float32"):
+            raise FieldError("rollout.quantize", "int8", f"int8 packs the engine's float32 weights; with rollout.dtype="
+                             f"{self.rollout.dtype} pick one of the two")
         return self
 
     @model_validator(mode="after")

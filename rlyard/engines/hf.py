@@ -17,14 +17,13 @@ price of a logprob gap that the learner's TIS weight corrects.
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from rlyard.engines.decode import LeanDecoder, lean_decode_support
 from rlyard.engines.prefix import CachedPrefix, PrefixStore, left_padded, row_prefix
 from rlyard.engines.quant import QUANTIZE_MODES
+from rlyard.models.loading import autocast
 from rlyard.types import Completion, SamplingParams
 
 
@@ -127,12 +126,6 @@ class HFEngine:
             self.prefix_store.clear()  # keys of the old weights (also when the learner's model is ours)
         self.policy_version = version
 
-    def _autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        device_type = next(self.model.parameters()).device.type
-        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
-
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
         if not prompts:
@@ -142,7 +135,7 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with self._autocast():
+            with autocast(self.autocast_dtype, next(self.model.parameters()).device):
                 flat = self._generate(prompts, params, n)
             if not self.defer_quantization:
                 self.quantize_if_calibrated()  # int8: that batch ran in fp32 and measured the scales

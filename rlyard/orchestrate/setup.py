@@ -17,7 +17,7 @@ from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, 
 from rlyard.data import TaskStream
 from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
-from rlyard.models import add_lora, is_peft, load_model, load_tokenizer
+from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights
 from rlyard.train import Learner, find_checkpoint
 from rlyard.types import Task
@@ -65,7 +65,7 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     stream = TaskStream(family.make_tasks("train", config.env.train_size, env_seed, **options), seed=env_seed) if train else None
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
-                      config.rollout.max_new_tokens) if train else None
+                      config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast]) if train else None
     engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                       prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
@@ -125,14 +125,17 @@ def engine_model_for(model, config: RunConfig):
     """LoRA: a plain copy that receives merged weights (no adapter overhead while sampling).
 
     Full fine-tuning shares the learner's model in sync mode: its weights are the policy already.
-    In async mode rollout threads sample while the learner steps, and int8 rollouts swap the
-    engine's linear layers, so the engine gets its own copy and receives every weight with each update.
+    In async mode rollout threads sample while the learner steps, int8 rollouts swap the engine's
+    linear layers and `rollout.dtype` gives the engine weights of another dtype, so the engine gets
+    its own copy and receives every weight with each update (cast to its dtype as it is copied in).
     """
-    if not is_peft(model) and config.orchestrate.mode == "sync" and config.rollout.quantize == "none":
+    dtype = TORCH_DTYPES[config.rollout.dtype or config.model.dtype]
+    own = config.orchestrate.mode != "sync" or config.rollout.quantize != "none" or next(model.parameters()).dtype != dtype
+    if not is_peft(model) and not own:
         return model
     engine_model = copy.deepcopy(model) if not is_peft(model) else initial_model(config.model)
     engine_model.requires_grad_(False)
-    return engine_model.eval()
+    return engine_model.to(dtype).eval()
 
 
 def push_weights(c: "Components", version: int) -> None:

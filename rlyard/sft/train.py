@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.config import ConfigError, RunConfig, SftConfig, dump_config
-from rlyard.models import load_tokenizer
+from rlyard.models import AUTOCAST_DTYPES, autocast, load_tokenizer
 from rlyard.observe import MetricsLogger, plot_reward_curve
 from rlyard.observe.metrics import METRICS_FILE
 from rlyard.observe.store import write_atomic
@@ -65,7 +65,7 @@ def lr_at(step: int, total: int, s: SftConfig) -> float:
     return s.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def token_nll(model, examples: list[Example]) -> tuple[torch.Tensor, int]:
+def token_nll(model, examples: list[Example], precision: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
     """Summed NLL of the assistant tokens of `examples` (one right-padded forward) and their count.
 
     Right padding needs no attention mask: causal attention never looks at later pads. The LM
@@ -81,24 +81,26 @@ def token_nll(model, examples: list[Example]) -> tuple[torch.Tensor, int]:
         for col in range(1, len(example.token_ids)):
             if example.loss_mask[col]:
                 rows.append(row), cols.append(col - 1), targets.append(example.token_ids[col])
-    hidden = body(input_ids=ids.to(device), use_cache=False).last_hidden_state
-    logits = head(hidden[torch.tensor(rows), torch.tensor(cols)]).float()
+    with autocast(precision, device):
+        hidden = body(input_ids=ids.to(device), use_cache=False).last_hidden_state
+        logits = head(hidden[torch.tensor(rows), torch.tensor(cols)]).float()
     return F.cross_entropy(logits, torch.tensor(targets, device=device), reduction="sum"), len(targets)
 
 
 @torch.no_grad()
-def held_out_loss(model, examples: list[Example], micro_batch_size: int) -> float:
+def held_out_loss(model, examples: list[Example], micro_batch_size: int, precision: torch.dtype | None = None) -> float:
     """Mean NLL per assistant token over all of `examples` (micro-batches of similar length)."""
     model.eval()
     order = sorted(range(len(examples)), key=lambda i: len(examples[i].token_ids))
     total, count = 0.0, 0
     for start in range(0, len(order), micro_batch_size):
-        nll, n = token_nll(model, [examples[i] for i in order[start:start + micro_batch_size]])
+        nll, n = token_nll(model, [examples[i] for i in order[start:start + micro_batch_size]], precision)
         total, count = total + nll.item(), count + n
     return total / count
 
 
-def train_step(model, optimizer, micro_batches: list[list[Example]], lr: float, max_grad_norm: float) -> dict[str, float]:
+def train_step(model, optimizer, micro_batches: list[list[Example]], lr: float, max_grad_norm: float,
+               precision: torch.dtype | None = None) -> dict[str, float]:
     """One optimizer step on the token mean of the assistant NLL over all micro-batches."""
     model.train()
     for group in optimizer.param_groups:
@@ -107,7 +109,7 @@ def train_step(model, optimizer, micro_batches: list[list[Example]], lr: float, 
     tokens = sum(e.assistant_tokens for micro in micro_batches for e in micro)
     loss = 0.0
     for micro in micro_batches:
-        nll, _ = token_nll(model, micro)
+        nll, _ = token_nll(model, micro, precision)
         (nll / tokens).backward()
         loss += nll.item()
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -159,6 +161,7 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
     order = DataOrder([len(e.token_ids) for e in train], s.batch_size, s.micro_batch_size, s.length_window, s.seed)
     total = s.steps or s.epochs * order.steps_per_epoch
     model = policy_model(config.model)
+    precision = AUTOCAST_DTYPES[config.model.autocast]
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=s.lr, weight_decay=s.weight_decay)
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,13 +186,13 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
     with MetricsLogger(run_dir, total, start, out.tensorboard, out.wandb, out.wandb_project,
                        config.model_dump(mode="json"), out.progress) as logger:
         if held and start == 0 and base is None:
-            base = held_out_loss(model, held, s.micro_batch_size)
+            base = held_out_loss(model, held, s.micro_batch_size, precision)
             logger.log(0, {"eval/loss": base})
             logger.write(f"[rlyard] step 0/{total}: held-out loss {base:.4f}")
         for step in range(start, total):
             started = time.perf_counter()
             micro = [[train[i] for i in indices] for indices in order.step(step)]
-            metrics = train_step(model, optimizer, micro, lr_at(step, total, s), s.max_grad_norm)
+            metrics = train_step(model, optimizer, micro, lr_at(step, total, s), s.max_grad_norm, precision)
             seconds = time.perf_counter() - started
             train_seconds += seconds
             done, final_train = step + 1, metrics["loss/train"]
@@ -197,7 +200,7 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
             metrics |= {"time/step": seconds, "progress/epoch": done / order.steps_per_epoch}
             due = done == total or (s.eval_every and done % s.eval_every == 0)
             if held and due:
-                metrics["eval/loss"] = final_eval = held_out_loss(model, held, s.micro_batch_size)
+                metrics["eval/loss"] = final_eval = held_out_loss(model, held, s.micro_batch_size, precision)
             logger.log(done, metrics)
             if due:
                 held_text = f", held-out loss {metrics['eval/loss']:.4f}" if held else ""
@@ -207,7 +210,7 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
                 save_checkpoint(run_dir, done, model, optimizer, {"base_eval_loss": base, "train_seconds": train_seconds,
                                                                   "data": data.digest}, keep=out.keep_checkpoints)
     if held and final_eval is None:  # resumed after the last step: nothing trained, measure what is there
-        final_eval = held_out_loss(model, held, s.micro_batch_size)
+        final_eval = held_out_loss(model, held, s.micro_batch_size, precision)
     if out.plot and start < total:
         plot_reward_curve(run_dir / "metrics.jsonl", run_dir / "loss_curve.png", key="loss/train")
     return SftResult(run_dir, total, base, final_eval, final_train, train_seconds, time.perf_counter() - wall_started)

@@ -21,6 +21,7 @@ from rlyard.algos import kl_estimate, ppo_clip, token_weights
 from rlyard.algos.filters import is_truncated
 from rlyard.algos.policy_losses import DEFAULT_BEHAVIOUR_WEIGHT_CAP, cispo, decoupled_ppo, dual_clip, gspo, tis_weights
 from rlyard.algos.value import value_loss
+from rlyard.models.loading import autocast
 from rlyard.models.lora import reference_mode
 from rlyard.train.critic import Critic
 from rlyard.train.logprobs import backbone_and_head, continuation_logprobs
@@ -71,8 +72,10 @@ def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) ->
 
 
 class Learner:
-    def __init__(self, model, algo, temperature: float, micro_batch_size: int, max_new_tokens: int | None = None):
+    def __init__(self, model, algo, temperature: float, micro_batch_size: int, max_new_tokens: int | None = None,
+                 autocast_dtype: torch.dtype | None = None):
         self.model, self.algo, self.temperature, self.micro_batch_size = model, algo, temperature, micro_batch_size
+        self.autocast_dtype = autocast_dtype  # model.autocast: the forward's matmuls (and so the backward's) in bf16
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
@@ -174,8 +177,9 @@ class Learner:
             raise ValueError("advantage gae trains a critic: pass scores=learner.score(batch) and the GAE returns")
 
     def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
-        return continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
-                                     with_entropy=with_entropy, with_hidden=with_hidden)
+        with autocast(self.autocast_dtype, next(self.model.parameters()).device):
+            return continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
+                                         with_entropy=with_entropy, with_hidden=with_hidden)
 
     def _reference(self, micro: MicroBatch):
         with reference_mode(self.model):
