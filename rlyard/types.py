@@ -70,6 +70,10 @@ class Trajectory:
     completion_text: str = ""  # decoded sampled text, for logs only
     turns: int = 1
     timings: dict[str, float] = field(default_factory=dict)  # seconds: "generate", "verify" ...
+    # per token: the temperature its behaviour logprob is under (sampled tokens; 1.0 elsewhere), for
+    # trajectories whose turns were sampled at different temperatures (a harness behind `rlyard serve`);
+    # None: every sampled token is under the run's rollout.temperature
+    temperatures: list[float] | None = None
 
     @property
     def num_sampled_tokens(self) -> int:

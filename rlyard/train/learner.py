@@ -52,6 +52,18 @@ class MicroBatch:
     prefix: list[int]  # shared prompt tokens
     continuations: list[list[int]]
     masks: list[list[int]]
+    temperatures: list[list[float] | None] | None = None  # per continuation: its tokens' own temperatures, if recorded
+
+
+def check_temperatures(traj: Trajectory) -> None:
+    """A trajectory's own temperatures must cover its tokens and be positive where sampled."""
+    if traj.temperatures is None:
+        return
+    if len(traj.temperatures) != len(traj.token_ids):
+        raise ValueError(f"trajectory {traj.task_id}/{traj.group_id}: {len(traj.temperatures)} temperatures for {len(traj.token_ids)} tokens")
+    if any(t <= 0 for t, m in zip(traj.temperatures, traj.loss_mask) if m):
+        raise ValueError(f"trajectory {traj.task_id}/{traj.group_id}: a sampled token's temperature must be > 0 "
+                         "(greedy tokens carry the logprob of softmax(logits), i.e. temperature 1.0)")
 
 
 def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) -> list[MicroBatch]:
@@ -59,14 +71,17 @@ def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) ->
     by_prefix: dict[tuple[int, ...], list[int]] = {}
     for i in indices:
         traj = batch[i]
+        check_temperatures(traj)
         by_prefix.setdefault(tuple(traj.token_ids[: traj.prompt_length]), []).append(i)
     micro = []
     for prefix, members in by_prefix.items():
         for start in range(0, len(members), size):
             chunk = members[start : start + size]
+            recorded = [batch[i].temperatures for i in chunk]
             micro.append(MicroBatch(
                 chunk, list(prefix),
                 [batch[i].token_ids[len(prefix):] for i in chunk], [batch[i].loss_mask[len(prefix):] for i in chunk],
+                [t[len(prefix):] if t is not None else None for t in recorded] if any(t is not None for t in recorded) else None,
             ))
     return micro
 
@@ -179,7 +194,7 @@ class Learner:
     def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
         with autocast(self.autocast_dtype, next(self.model.parameters()).device):
             return continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
-                                         with_entropy=with_entropy, with_hidden=with_hidden)
+                                         with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures)
 
     def _reference(self, micro: MicroBatch):
         with reference_mode(self.model):

@@ -30,11 +30,14 @@ def backbone_and_head(model):
 def continuation_logprobs(
     model, prefix: list[int], continuations: list[list[int]], masks: list[list[int]],
     temperature: float = 1.0, with_entropy: bool = True, with_hidden: bool = False,
+    token_temperatures: list[list[float] | None] | None = None,
 ) -> GroupLogprobs:
     """Logprobs of the masked (sampled) tokens of each continuation of one shared prefix.
 
     prefix: the tokens every continuation starts from (at least one token).
     continuations / masks: the tokens after the prefix and their loss_mask (1 = sampled).
+    token_temperatures: per continuation, None (all its tokens at `temperature`) or one temperature
+    per token (a harness that sampled its turns at different temperatures).
     with_hidden: also return the last hidden state that predicts each sampled token (the critic reads it).
     """
     if not prefix:
@@ -59,13 +62,15 @@ def continuation_logprobs(
     else:
         hidden = prefix_last.expand(group, -1)[:, None]
 
-    rows, cols, targets = [], [], []
+    rows, cols, targets, temperatures = [], [], [], []
     for row, (tokens, mask) in enumerate(zip(continuations, masks)):
+        own = token_temperatures[row] if token_temperatures else None
         for col, (token, keep) in enumerate(zip(tokens, mask)):
             if keep:
                 rows.append(row), cols.append(col), targets.append(token)
+                temperatures.append(own[col] if own is not None else temperature)
     selected = hidden[torch.tensor(rows), torch.tensor(cols)]  # (N, H)
-    logits = head(selected).float() / temperature
+    logits = head(selected).float() / torch.tensor(temperatures, device=device)[:, None]
     log_probs = torch.log_softmax(logits, dim=-1)
     target = torch.tensor(targets, device=device)
     token_logprobs = log_probs.gather(-1, target[:, None]).squeeze(-1)
