@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from rlyard.engines.base import StepHook
 from rlyard.engines.decode import LeanDecoder, lean_decode_support
 from rlyard.engines.prefix import CachedPrefix, PrefixStore, left_padded, row_prefix
 from rlyard.engines.quant import QUANTIZE_MODES
@@ -127,7 +128,12 @@ class HFEngine:
         self.policy_version = version
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, n: int = 1,
+                 on_step: StepHook | None = None) -> list[list[Completion]]:
+        """`on_step` (optional) sees every decode step as it happens: it is called with
+        (output index, token id, logprob) for each live row (output index = prompt * n + sample)
+        and returns the output indices to remove from the batch (they finish with "stop"): a
+        server streams tokens and ends rows at stop strings or for abandoned requests with it."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -136,7 +142,7 @@ class HFEngine:
         self.model.eval()
         try:
             with autocast(self.autocast_dtype, next(self.model.parameters()).device):
-                flat = self._generate(prompts, params, n)
+                flat = self._generate(prompts, params, n, on_step)
             if not self.defer_quantization:
                 self.quantize_if_calibrated()  # int8: that batch ran in fp32 and measured the scales
         finally:
@@ -156,7 +162,8 @@ class HFEngine:
             if self.prefix_store is not None:
                 self.prefix_store.clear()  # fp32 keys; later turns compute int8 ones
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, n: int) -> list[Completion]:
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, n: int,
+                  on_step: StepHook | None = None) -> list[Completion]:
         device = next(self.model.parameters()).device
         generator = torch.Generator(device="cpu")
         generator.manual_seed(params.seed if params.seed is not None else torch.seed() % (2**63))
@@ -192,6 +199,11 @@ class HFEngine:
                 tokens[index].append(int(sampled[row]))
                 logprobs[index].append(float(sampled_logprobs[row]))
             done = torch.isin(sampled.cpu(), stop_ids) if len(stop_ids) else torch.zeros(len(active), dtype=torch.bool)
+            if on_step is not None:
+                live = active.tolist()
+                removed = set(on_step([(index, tokens[index][-1], logprobs[index][-1]) for index in live]) or ())
+                if removed:
+                    done = done | torch.tensor([index in removed for index in live], dtype=torch.bool)
             for row in done.nonzero().flatten().tolist():
                 finish[int(active[row])] = "stop"
             keep = (~done).nonzero().flatten()

@@ -1,49 +1,64 @@
-"""`rlyard serve`: an OpenAI-compatible HTTP server over any rlyard engine.
+"""`rlyard serve`: an OpenAI-compatible server over any rlyard engine, with session recording.
 
-Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (tools in the
-Hermes <tool_call> convention, streaming or not). Under /sessions/<id>/v1/... every call is
-recorded token by token, so an agent harness pointed at that base URL can be trained by rlyard
-unchanged: GET /sessions/<id>/trajectories returns what it did as rlyard Trajectories, and
-GET /sessions/<id>/messages its conversations with the exact reply texts (GET /sessions lists
-the ids), which `rlyard collect --sessions` turns into demonstrations. With `record_dir` each
-session's conversations are also written to <record_dir>/<id>.json after every reply.
-Standard library only (ThreadingHTTPServer); one engine call at a time.
+Endpoints (routes in `app.py`): GET /v1/models, POST /v1/completions, POST /v1/chat/completions
+(tools in the Hermes <tool_call> convention, streaming or not). Under /sessions/<id>/v1/... every
+call is recorded token by token, so an agent harness pointed at that base URL can be trained by
+rlyard unchanged: GET /sessions/<id>/trajectories returns what it did as rlyard Trajectories,
+and GET /sessions/<id>/messages its conversations with the exact reply texts (GET /sessions
+lists the ids), which `rlyard collect --sessions` turns into demonstrations. With `record_dir`
+each session's conversations are also written to <record_dir>/<id>.json after every reply.
+
+This module turns a validated request (`schema.py`) into a job for the scheduler and the job's
+rows into OpenAI response bodies and stream chunks; `app.py` carries them over HTTP (Starlette + uvicorn).
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
 from rlyard.observe.store import write_atomic
-from rlyard.serve.sessions import Session, with_system
+from rlyard.serve.scheduler import HOLD_MARKER, Job, Row, Scheduler
+from rlyard.serve.schema import ApiError, ChatRequest, CompletionRequest
+from rlyard.serve.sessions import Plan, Session, with_system
 from rlyard.types import SamplingParams
 
-SESSION_PATH = re.compile(r"^/sessions/([A-Za-z0-9_.-]{1,128})(/.*)$")
 
+@dataclass
+class Pending:
+    """A request whose job the scheduler runs; what is needed to answer it once its rows are done."""
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+    kind: str  # "chat" | "completion"
+    request: ChatRequest | CompletionRequest
+    job: Job
+    plan: Plan | None  # session requests: how the prompt extends the session
+    session: Session | None
+    tools: list[dict] | None = None  # chat: the tools rendered into the prompt (None: no tool parsing)
+    echo: str = ""  # completions with echo: the prompt text, shown before each reply
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
 
 
 class RlyardServer:
     def __init__(self, engine, tokenizer, model_name: str, stop_token_ids: tuple[int, ...], max_tokens_default: int = 256,
-                 record_dir: str | Path | None = None):
+                 record_dir: str | Path | None = None, context_window: int | None = None):
+        """`context_window` (prompt + reply tokens) defaults to the engine model's
+        max_position_embeddings; requests that do not fit are refused before generating."""
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
-        self.stop_token_ids, self.max_tokens_default = stop_token_ids, max_tokens_default
-        self.renderer = TemplateRenderer(tokenizer, stop_token_ids)
+        self.stop_token_ids, self.max_tokens_default = tuple(stop_token_ids), max_tokens_default
+        self.renderer = TemplateRenderer(tokenizer, self.stop_token_ids)
+        self.end_of_turn = self.renderer.reply_stop_id()
         self.sessions: dict[str, Session] = {}
-        self.engine_lock = threading.Lock()
         self.record_dir = Path(record_dir) if record_dir is not None else None
+        self.context_window = context_window or model_context_window(engine)
+        if self.context_window is None:
+            raise ValueError("the engine's model has no max_position_embeddings: pass context_window")
+        self.scheduler = Scheduler(engine)
 
     def record(self, session: Session) -> None:
         """Write the session's conversations to <record_dir>/<id>.json (temp file + rename: a
@@ -56,168 +71,166 @@ class RlyardServer:
     def session(self, session_id: str) -> Session:
         return self.sessions.setdefault(session_id, Session(session_id))
 
-    def sampling(self, body: dict) -> SamplingParams:
-        def number(key, default, kind=float):
-            value = body.get(key, default)
-            if value is None:
-                return default
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ApiError(400, f"'{key}' must be a number, got {value!r}", key)
-            return kind(value)
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "rlyard"}]}
 
-        max_tokens = number("max_completion_tokens", None, int) or number("max_tokens", self.max_tokens_default, int)
-        if max_tokens < 1:
-            raise ApiError(400, "'max_tokens' must be at least 1", "max_tokens")
-        stop = body.get("stop") or []
-        stop_ids = list(self.stop_token_ids)
-        for text in [stop] if isinstance(stop, str) else stop:
-            ids = self.tokenizer(text, add_special_tokens=False).input_ids
-            if len(ids) == 1:
-                stop_ids.append(ids[0])
-        seed = body.get("seed")
-        return SamplingParams(temperature=number("temperature", 1.0), top_p=number("top_p", 1.0), top_k=0,
-                              max_new_tokens=max_tokens, stop_token_ids=tuple(stop_ids), seed=int(seed) if seed is not None else None)
+    # ------------------------------------------------------------------ starting a request
+    def check_model(self, request: ChatRequest | CompletionRequest) -> None:
+        if request.model != self.model_name:
+            raise ApiError(404, f"The model '{request.model}' does not exist (this server serves '{self.model_name}')",
+                           "model", "model_not_found")
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, n: int):
-        with self.engine_lock:
-            return self.engine.generate([prompt_ids], params, n=n)[0]
+    def sampling(self, request: ChatRequest | CompletionRequest, prompt_length: int, prompt_field: str) -> SamplingParams:
+        room = self.context_window - prompt_length
+        if room < 1:
+            raise ApiError(400, f"the prompt has {prompt_length} tokens; the context window is {self.context_window} "
+                                "tokens, with at least one for the reply", prompt_field, "context_length_exceeded")
+        asked = getattr(request, "max_completion_tokens", None) or request.max_tokens
+        if asked is not None and asked > room:
+            name = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
+            raise ApiError(400, f"'{name}' is {asked}, but the prompt's {prompt_length} tokens leave {room} of the "
+                                f"{self.context_window}-token context window", name, "context_length_exceeded")
+        return SamplingParams(temperature=1.0 if request.temperature is None else request.temperature,
+                              top_p=1.0 if request.top_p is None else request.top_p, top_k=request.top_k or 0,
+                              max_new_tokens=asked or min(self.max_tokens_default, room),
+                              stop_token_ids=self.stop_token_ids, seed=request.seed)
 
-    def chat(self, body: dict, session: Session | None) -> dict:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
-            raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects", "messages")
-        messages = [{**m, "content": m.get("content") or ""} for m in messages]
-        tools = body.get("tools") or None
-        n = int(body.get("n") or 1)
-        if session is not None and n != 1:
+    def _job(self, loop, prompt: list[int], request, params: SamplingParams, hold: str = "") -> Job:
+        rows = [Row(self.tokenizer, request.stop, self.stop_token_ids, params.max_new_tokens, hold) for _ in range(request.n)]
+        return Job(prompt, params, rows, loop)
+
+    def start_chat(self, request: ChatRequest, session: Session | None, loop) -> Pending:
+        self.check_model(request)
+        if session is not None and request.n != 1:
             raise ApiError(400, "session mode records one conversation: 'n' must be 1", "n")
+        messages = [{**m.model_dump(exclude_none=True), "content": m.content or ""} for m in request.messages]
+        tools = [t.model_dump(exclude_none=True) for t in request.tools] if request.tools and request.tool_choice != "none" else None
         extra = render_tool_specs(tools, "hermes") if tools else ""
-        params = self.sampling(body)
-        with session.lock if session else contextlib.nullcontext():
-            if session is not None:
-                prompt = session.prompt_tokens(self.renderer, messages, extra)
-            else:
-                prompt = self.renderer.prompt(with_system(messages, extra))
-            completions = self.generate(prompt, params, n)
-            choices = []
-            for index, completion in enumerate(completions):
-                text = self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
-                message, finish = {"role": "assistant", "content": text}, ("stop" if completion.finish_reason == "stop" else "length")
-                if tools:
-                    parsed = parse_tool_calls(text, "hermes", tools)
-                    if parsed.calls:
-                        message = {"role": "assistant", "content": parsed.text or None, "tool_calls": [
-                            {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in parsed.calls]}
-                        finish = "tool_calls"
-                if session is not None:
-                    session.record_reply(completion, message, text)
-                choices.append({"index": index, "message": message, "finish_reason": finish,
-                                "logprobs": {"content": [{"token": self.tokenizer.decode([t]), "logprob": lp}
-                                                         for t, lp in zip(completion.token_ids, completion.logprobs)]} if body.get("logprobs") else None})
-            if session is not None:
-                self.record(session)
-        completion_tokens = sum(len(c.token_ids) for c in completions)
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": self.model_name,
-                "choices": choices, "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
-                                              "total_tokens": len(prompt) + completion_tokens}}
-
-    def completions(self, body: dict) -> dict:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            prompt_ids = prompt
-        elif isinstance(prompt, str) and prompt:
-            prompt_ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
+        if session is not None:
+            plan = session.plan_chat(self.renderer, messages, extra, self.end_of_turn)
+            prompt = plan.prompt
         else:
-            raise ApiError(400, "'prompt' must be a non-empty string or a list of token ids", "prompt")
-        completions = self.generate(prompt_ids, self.sampling(body), int(body.get("n") or 1))
-        choices = [{"index": i, "text": self.tokenizer.decode(c.token_ids, skip_special_tokens=True),
-                    "finish_reason": "stop" if c.finish_reason == "stop" else "length",
-                    "logprobs": {"tokens": [self.tokenizer.decode([t]) for t in c.token_ids], "token_logprobs": c.logprobs}
-                    if body.get("logprobs") is not None else None} for i, c in enumerate(completions)]
-        used = sum(len(c.token_ids) for c in completions)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": self.model_name,
-                "choices": choices, "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": used, "total_tokens": len(prompt_ids) + used}}
+            plan, prompt = None, self.renderer.prompt(with_system(messages, extra))
+        params = self.sampling(request, len(prompt), "messages")
+        if session is not None:
+            params = replace(params, cache_prefix=True)  # more turns follow: the engine may keep this sequence's cache
+        job = self._job(loop, prompt, request, params, HOLD_MARKER if tools else "")
+        self.scheduler.submit(job)
+        return Pending("chat", request, job, plan, session, tools)
+
+    def start_completion(self, request: CompletionRequest, session: Session | None, loop) -> Pending:
+        self.check_model(request)
+        if session is not None and request.n != 1:
+            raise ApiError(400, "session mode records one sequence: 'n' must be 1", "n")
+        prompt = request.prompt
+        if isinstance(prompt, list) and max(prompt) >= len(self.tokenizer):
+            raise ApiError(400, f"token id {max(prompt)} is outside the vocabulary ({len(self.tokenizer)} tokens)", "prompt")
+        if session is not None:
+            plan = session.plan_completion(self.tokenizer, prompt)
+            ids = plan.prompt
+        else:
+            plan, ids = None, prompt if isinstance(prompt, list) else self.tokenizer(prompt, add_special_tokens=False).input_ids
+        if not ids:
+            raise ApiError(400, "the prompt has no tokens", "prompt")
+        params = self.sampling(request, len(ids), "prompt")
+        job = self._job(loop, ids, request, params)
+        self.scheduler.submit(job)
+        echo = (prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)) if request.echo else ""
+        return Pending("completion", request, job, plan, session, echo=echo)
+
+    # ------------------------------------------------------------------ answering it
+    def finish(self, pending: Pending) -> dict[str, Any]:
+        """The whole response body; records the reply in the session (a reply is recorded once
+        it has been delivered whole, so an abandoned request leaves the session as it was)."""
+        choices = [self._chat_choice(pending, i, row) if pending.kind == "chat" else self._text_choice(pending, i, row)
+                   for i, row in enumerate(pending.job.rows)]
+        if pending.session is not None:
+            row, params = pending.job.rows[0], pending.job.params
+            sampling = {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+                        "max_tokens": params.max_new_tokens}
+            message = choices[0]["message"] if pending.kind == "chat" else None
+            version = pending.job.policy_version if pending.job.policy_version is not None else -1
+            pending.session.record(pending.plan, row.tokens, row.logprobs, version, sampling, row.finish, row.text, message)
+            self.record(pending.session)
+        used = sum(len(row.tokens) for row in pending.job.rows)
+        prompt = len(pending.job.prompt)
+        return {"id": self._id(pending), "object": "chat.completion" if pending.kind == "chat" else "text_completion",
+                "created": pending.created, "model": self.model_name, "choices": choices,
+                "usage": {"prompt_tokens": prompt, "completion_tokens": used, "total_tokens": prompt + used}}
+
+    def _id(self, pending: Pending) -> str:
+        return ("chatcmpl-" if pending.kind == "chat" else "cmpl-") + pending.id
+
+    def _chat_choice(self, pending: Pending, index: int, row: Row) -> dict[str, Any]:
+        message, finish = {"role": "assistant", "content": row.text}, row.finish
+        if pending.tools:
+            parsed = parse_tool_calls(row.text, "hermes", pending.tools)
+            calls = parsed.calls[:1] if pending.request.parallel_tool_calls is False else parsed.calls
+            if calls:
+                message = {"role": "assistant", "content": parsed.text or None, "tool_calls": [
+                    {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                     "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]}
+                finish = "tool_calls"
+        logprobs = {"content": self._token_logprobs(row.tokens, row.logprobs)} if pending.request.logprobs else None
+        return {"index": index, "message": message, "finish_reason": finish, "logprobs": logprobs}
+
+    def _text_choice(self, pending: Pending, index: int, row: Row) -> dict[str, Any]:
+        logprobs = None
+        if pending.request.logprobs is not None:
+            logprobs = {"tokens": [self.tokenizer.decode([t]) for t in row.tokens], "token_logprobs": list(row.logprobs),
+                        "top_logprobs": None}
+        return {"index": index, "text": pending.echo + row.text, "finish_reason": row.finish, "logprobs": logprobs}
+
+    def _token_logprobs(self, tokens: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
+        texts = [self.tokenizer.decode([t]) for t in tokens]
+        return [{"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []} for text, lp in zip(texts, logprobs)]
+
+    # ------------------------------------------------------------------ streaming
+    def _chunk(self, pending: Pending, choice: dict[str, Any]) -> dict[str, Any]:
+        kind = "chat.completion.chunk" if pending.kind == "chat" else "text_completion"
+        return {"id": self._id(pending), "object": kind, "created": pending.created, "model": self.model_name, "choices": [choice]}
+
+    def opening_chunks(self, pending: Pending) -> list[dict[str, Any]]:
+        if pending.kind == "chat":
+            return [self._chunk(pending, {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})
+                    for i in range(len(pending.job.rows))]
+        return [self._chunk(pending, {"index": i, "text": pending.echo, "logprobs": None, "finish_reason": None})
+                for i in range(len(pending.job.rows))] if pending.echo else []
+
+    def token_chunk(self, pending: Pending, choice: int, delta: str, token: int, logprob: float) -> dict[str, Any] | None:
+        """The chunk for one sampled token: its new text and, when asked, its logprob."""
+        wants_logprobs = bool(pending.request.logprobs) or (pending.kind == "completion" and pending.request.logprobs is not None)
+        if not delta and not wants_logprobs:
+            return None
+        if pending.kind == "chat":
+            logprobs = {"content": self._token_logprobs([token], [logprob])} if wants_logprobs else None
+            return self._chunk(pending, {"index": choice, "delta": {"content": delta}, "logprobs": logprobs, "finish_reason": None})
+        logprobs = {"tokens": [self.tokenizer.decode([token])], "token_logprobs": [logprob], "top_logprobs": None} if wants_logprobs else None
+        return self._chunk(pending, {"index": choice, "text": delta, "logprobs": logprobs, "finish_reason": None})
+
+    def closing_chunks(self, pending: Pending) -> list[dict[str, Any]]:
+        """What is left of each choice (held-back text, tool calls), its finish reason, and the usage."""
+        body, chunks = self.finish(pending), []
+        for row, choice in zip(pending.job.rows, body["choices"]):
+            index = choice["index"]
+            if pending.kind == "chat":
+                calls = choice["message"].get("tool_calls")
+                delta = {"tool_calls": [{**c, "index": k} for k, c in enumerate(calls)]} if calls else {"content": row.unshown()}
+                if calls or delta["content"]:
+                    chunks.append(self._chunk(pending, {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}))
+                chunks.append(self._chunk(pending, {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}))
+            else:
+                chunks.append(self._chunk(pending, {"index": index, "text": row.unshown(), "logprobs": None,
+                                                    "finish_reason": choice["finish_reason"]}))
+        options = pending.request.stream_options
+        if options is not None and options.include_usage:
+            chunks.append({**self._chunk(pending, {}), "choices": [], "usage": body["usage"]})
+        return chunks
 
 
-def make_handler(server: RlyardServer):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):  # quiet: one line per request would flood a training log
-            pass
-
-        def _send(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, error: ApiError) -> None:
-            self._send(error.status, {"error": {"message": error.message, "type": "invalid_request_error", "param": error.param, "code": None}})
-
-        def _route(self) -> tuple[Session | None, str]:
-            match = SESSION_PATH.match(self.path)
-            return (server.session(match.group(1)), match.group(2)) if match else (None, self.path)
-
-        def do_GET(self):
-            session, path = self._route()
-            if path.rstrip("/") == "/v1/models":
-                return self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model", "created": 0, "owned_by": "rlyard"}]})
-            if session is not None and path.rstrip("/") == "/trajectories":
-                return self._send(200, {"session": session.id, "trajectories": [t.to_dict() for t in session.trajectories()]})
-            if session is not None and path.rstrip("/") == "/messages":
-                return self._send(200, session.export())
-            if session is None and path.rstrip("/") == "/sessions":
-                return self._send(200, {"sessions": sorted(i for i, s in list(server.sessions.items()) if s.segments)})
-            self._error(ApiError(404, f"no route GET {self.path}"))
-
-        def do_POST(self):
-            session, path = self._route()
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except json.JSONDecodeError as exc:
-                    raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-                if path.rstrip("/") == "/v1/chat/completions":
-                    result = server.chat(body, session)
-                    return self._stream_chat(result) if body.get("stream") else self._send(200, result)
-                if path.rstrip("/") == "/v1/completions":
-                    return self._send(200, server.completions(body))
-                raise ApiError(404, f"no route POST {self.path}")
-            except ApiError as error:
-                self._error(error)
-            except Exception as exc:  # the server stays up; the client sees why
-                self._error(ApiError(500, f"{type(exc).__name__}: {exc}"))
-
-        def _stream_chat(self, result: dict) -> None:
-            """Server-sent events. The reply is generated whole, then sent as one content delta."""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            base = {"id": result["id"], "object": "chat.completion.chunk", "created": result["created"], "model": result["model"]}
-            for choice in result["choices"]:
-                message, index = choice["message"], choice["index"]
-                delta = {"role": "assistant", "content": message.get("content")}
-                if message.get("tool_calls"):
-                    delta["tool_calls"] = [{**call, "index": k} for k, call in enumerate(message["tool_calls"])]
-                for chunk in ({**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]},
-                              {**base, "choices": [{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}]}):
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
-            self.close_connection = True
-
-    return Handler
-
-
-def serve(server: RlyardServer, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    """Bind and return the HTTP server (call `serve_forever`, or run it in a thread)."""
-    httpd = ThreadingHTTPServer((host, port), make_handler(server))
-    httpd.daemon_threads = True
-    return httpd
+def model_context_window(engine) -> int | None:
+    config = getattr(getattr(engine, "model", None), "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return getattr(text, "max_position_embeddings", None)
