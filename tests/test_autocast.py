@@ -102,3 +102,12 @@ def test_a_bf16_engine_gets_its_own_copy_and_every_push_cast_to_bf16(tiny_model_
         assert torch.equal(engine_weights[name], weight.detach().to(BF16)), name
     result = train(config, tmp_path / "run")
     assert result.steps == 2
+
+
+def test_a_bf16_engine_under_a_float32_learner_gets_tis_by_default():
+    from rlyard.config import training_algo
+
+    assert training_algo(load_config(None, ["rollout.dtype=bfloat16"])).tis_cap == 2.0
+    assert training_algo(load_config(None, ["rollout.dtype=bfloat16", "algo.tis_cap=4"])).tis_cap == 4.0
+    assert training_algo(load_config(None, ["rollout.dtype=float32"])).tis_cap is None  # the learner's own dtype
+    assert training_algo(load_config(None, ["model.dtype=bfloat16"])).tis_cap is None  # engine follows model.dtype
