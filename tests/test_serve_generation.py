@@ -223,3 +223,26 @@ def test_rows_hold_back_what_may_still_change(tokenizer):
     pieces = [row.push(t, 0.0) for t in tokenizer("one two EN three END four", add_special_tokens=False).input_ids]
     assert "".join(pieces) == "one two EN three " == row.text and row.finish == "stop"
     assert not any(p.endswith("EN") for p in pieces)  # "EN" was held until " three" showed it is no stop
+
+
+def test_the_engine_step_hook_sees_every_token_and_removes_rows(tiny_model, tokenizer):
+    from rlyard.types import SamplingParams
+
+    engine = HFEngine(tiny_model, tokenizer.pad_token_id)
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, stop_token_ids=STOP, seed=3)
+    prompts = [[1, 2, 3, 4], [1, 2, 5]]
+    plain = engine.generate(prompts, params, n=2)
+    seen: dict[int, list[int]] = {}
+
+    def hook(outputs):
+        for index, token, logprob in outputs:
+            seen.setdefault(index, []).append(token)
+        return [index for index, _, _ in outputs if index == 1 and len(seen[1]) == 2]
+
+    hooked = engine.generate(prompts, params, n=2, on_step=hook)
+    flat, flat_plain = [c for group in hooked for c in group], [c for group in plain for c in group]
+    assert len(flat[1].token_ids) == 2 and flat[1].finish_reason == "stop" and flat[1].token_ids == flat_plain[1].token_ids[:2]
+    assert [seen[i] for i in range(4)] == [c.token_ids for c in flat]
+    # up to the removal the draws are those of the call without a hook (after it, fewer rows draw fewer numbers)
+    assert [c.token_ids[:2] for c in flat] == [c.token_ids[:2] for c in flat_plain]
+    assert all(len(c.token_ids) == 6 or c.finish_reason == "stop" for c in flat)
