@@ -8,9 +8,10 @@ import time
 import traceback
 from dataclasses import replace
 
-from rlyard.agent.loop import AgentLimits, run_episodes
+from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
+from rlyard.harness.runner import play_episodes
 from rlyard.types import SamplingParams, Task, Trajectory
 
 
@@ -25,7 +26,8 @@ def rollout(
 ) -> list[Trajectory]:
     """n samples of each task, scored; the n samples of a task share a `group_id`.
 
-    Multi-turn families (tools, several replies) go through the agent loop with `limits`.
+    Multi-turn families (tools, several replies) go through the agent loop with `limits`; a group
+    whose drawn arm is a third-party harness is played by it behind a gateway (rlyard/harness/runner.py).
 
     `truncated_reward`, when set, replaces the verdict of a reply cut off by max_new_tokens:
     an answer counts only if the model finished it, so a short training budget cannot hide
@@ -37,7 +39,7 @@ def rollout(
         flat_tasks = [task for task in tasks for _ in range(n)]
         group_ids = [f"{group_prefix}{t}:{task.id}" for t, task in enumerate(tasks) for _ in range(n)]
         envs_flat = [family.make_env() for _ in flat_tasks]
-        return run_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
+        return play_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
     envs = [[family.make_env() for _ in range(n)] for _ in tasks]
     prompts = []
     for task, task_envs in zip(tasks, envs):

@@ -3,6 +3,10 @@
 The workspace is a git repository whose whole history is the base commit; the hidden tests are
 not in it. A group's harness arm (its tool set) is drawn from a hash of (seed, round, task), so
 every sample of a group uses the same tools and a resumed run draws the same arms.
+
+An arm named after a harness (`mini_swe_agent`, see rlyard/harness) is played by that harness
+instead of rlyard's agent loop: reset builds the same workspace, sandbox and guard, the harness
+acts through `run_command` only, and `score` grades the final workspace as for any arm.
 """
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ from rlyard.agent.tools import ToolBox
 from rlyard.envs.tool_env import ToolEnv
 from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
 from rlyard.envs.code.verify import grade
+from rlyard.harness.base import ExecResult, is_harness
 from rlyard.sandbox import Limits, Sandbox, SandboxUnavailable
 from rlyard.types import Message, Reward, Task
 
+HARNESS_TIMEOUT_S = 60.0  # a harness command's wall time at most, as the bash tool's
 LIMITS = Limits(wall_s=120, cpu_s=120, memory_bytes=1 << 30, output_bytes=256 << 10, fsize_bytes=32 << 20)
 SYSTEM = """You are a software engineer working in a git repository (your current directory).
 Resolve the issue below by editing the code. The project's tests will be run after you finish, \
@@ -77,6 +83,28 @@ class CodeEnv(ToolEnv):
                                    if f.is_file() and ".git" not in f.relative_to(self.workspace).parts))
         issue = f"<issue>\n{p['problem_statement']}\n</issue>\n\nFiles in the repository:\n{listing}"
         return [{"role": "system", "content": system}, {"role": "user", "content": issue}]
+
+    def harness_for(self, task: Task) -> str | None:
+        """The harness that plays this task's group (its drawn arm names one), or None for a tool arm."""
+        arm = choose_arm(task.payload, str(task.metadata.get("round", "")), task.id)
+        if not is_harness(arm):
+            return None
+        extra = sorted(set(task.payload["arms"][arm]) - {"bash", "submit"})
+        if extra:
+            raise ValueError(f"code option arms.{arm}: a harness arm acts through shell commands only; "
+                             f"give it [bash], not {sorted(task.payload['arms'][arm])}")
+        return arm
+
+    def run_command(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        """A harness's exec function: the command in this episode's sandbox, behind the same guard
+        as the bash tool (a refused command does not run), counted as a tool call."""
+        self.calls += 1
+        refusal = self.guard.check("bash", {"command": command}) if self.guard else None
+        if refusal:
+            return ExecResult(refusal, 1)
+        result = self.sandbox.run(command, timeout_s=min(timeout_s or HARNESS_TIMEOUT_S, HARNESS_TIMEOUT_S))
+        text = result.text + ("\n[output truncated]" if result.truncated else "")
+        return ExecResult(text, result.exit_code, result.timed_out)
 
     def score(self) -> Reward:
         p = self.task.payload
