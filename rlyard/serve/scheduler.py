@@ -91,7 +91,8 @@ class Job:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: bool = False  # the client went away: drop the rows at the next step
-    policy_version: int | None = None
+    policy_version: int | None = None  # of the engine call (its weights do not change during one)
+    answered: bool = False  # "done" was posted: a job answers once its rows are done, not when its batch is
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -109,7 +110,14 @@ class Job:
             return True
         delta = row.push(token, logprob)
         self.post("token", choice, delta, token, logprob)
+        if all(r.finish is not None for r in self.rows):
+            self.done()
         return row.finish is not None or self.cancelled
+
+    def done(self, error: Exception | None = None) -> None:
+        if not self.answered:
+            self.answered = True
+            self.post("done", self.policy_version, error)
 
     def complete(self, choice: int, completion: Completion, streamed: bool) -> None:
         row = self.rows[choice]
@@ -119,7 +127,6 @@ class Job:
                     break
         if row.finish is None:  # an abandoned row, or an engine that stopped on its own
             row.finish = "stop" if completion.finish_reason == "stop" else "length"
-        self.policy_version = completion.policy_version
 
 
 def accepts_hook(engine) -> bool:
@@ -156,7 +163,7 @@ class Scheduler:
             dropped = [job for job in self.waiting if job.cancelled]
             self.waiting = [job for job in self.waiting if job not in batch and not job.cancelled]
         for job in dropped:
-            job.post("done", None, None)
+            job.done()
         return batch
 
     def _run(self) -> None:
@@ -174,17 +181,20 @@ class Scheduler:
             return [index for index, token, logprob in outputs if owners[index][0].step(owners[index][1], token, logprob)]
 
         kwargs = {"on_step": on_step} if self.streams else {}
+        for job in batch:
+            job.policy_version = getattr(self.engine, "policy_version", -1)
         try:
             self.calls += 1
             results = self.engine.generate([job.prompt for job, _ in owners], params, n=1, **kwargs)
             for (job, choice), [completion] in zip(owners, results):
+                job.policy_version = completion.policy_version
                 job.complete(choice, completion, streamed=self.streams)
         except Exception as exc:  # the server stays up; each request of the batch gets the error
             for job in batch:
-                job.post("done", None, exc)
+                job.done(exc)
             return
         for job in batch:
-            job.post("done", job.policy_version, None)
+            job.done()
 
 
 def _batch_key(params: SamplingParams) -> SamplingParams:
