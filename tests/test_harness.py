@@ -6,6 +6,7 @@ run, turn by turn, so the test needs only the gateway's HTTP contract, not how i
 """
 import socket
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,18 @@ def test_a_harness_command_reaches_neither_the_host_nor_the_hidden_tests(record,
         assert verdict.value == 0.0 and verdict.components["guard_blocks"] >= 1.0 and not verdict.infra_error
     finally:
         env.close()
+
+
+def test_an_episode_that_outgrows_the_token_budget_ends_there_and_is_graded(record, tiny_model, tokenizer):
+    task = harness_task(record, "mini_swe_agent")
+    prompts, env = probe(tiny_model, tokenizer, task, 1)
+    env.close()
+    # room for the first reply only: the gateway refuses the second call (its context window is the budget)
+    limits = AgentLimits(max_turns=4, max_tokens_per_turn=40, max_total_tokens=len(prompts[0]) + 60)
+    group = play_episodes(HFEngine(tiny_model, tokenizer.pad_token_id), tokenizer, [CodeEnv()], [task], ["0/0:mini-1"],
+                          replace(GREEDY, max_new_tokens=40), limits)
+    assert [t.finish_reason for t in group] == ["token_budget"] and not group[0].infra_error
+    assert group[0].turns == 1 and len(group[0].token_ids) <= limits.max_total_tokens and "passed" in group[0].components
 
 
 # The custom harness of docs/agents.md ("Harnesses as arms"), as it is printed there.

@@ -120,8 +120,12 @@ class MiniSweAgent:
         agent = self.build(episode)
         try:
             extra = agent.run(episode.task)
-        except litellm.exceptions.ContextWindowExceededError:  # the gateway's window is the token budget
-            return HarnessOutcome("token_budget")
+        except (litellm.exceptions.ContextWindowExceededError, litellm.exceptions.BadRequestError) as e:
+            # the gateway's context window is the episode's token budget; its refusal carries
+            # OpenAI's error code, which litellm does not always map to its own class
+            if isinstance(e, litellm.exceptions.ContextWindowExceededError) or getattr(e, "code", None) == "context_length_exceeded":
+                return HarnessOutcome("token_budget")
+            raise
         status = str(extra.get("exit_status", ""))
         submission = extra.get("submission") if status == "Submitted" else None
         return HarnessOutcome(ENDINGS.get(status, status or "done"), submission)
