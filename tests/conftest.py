@@ -67,7 +67,7 @@ def make_tiny_llama(vocab_size: int):
 
     config = transformers.LlamaConfig(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
     )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to(torch.float32)
