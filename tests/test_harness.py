@@ -83,7 +83,7 @@ def probe(tiny_model, tokenizer, task: Task, turns: int) -> tuple[list[list[int]
     with Gateway(HFEngine(tiny_model, tokenizer.pad_token_id), tokenizer, STOP, LIMITS.max_total_tokens, MAX_TOKENS) as gateway:
         episode = HarnessEpisode(gateway.base_url("probe"), MODEL_NAME, env.workspace, env.run_command,
                                  messages[-1]["content"], max_turns=turns, max_tokens=MAX_TOKENS, temperature=0.0)
-        MiniSweAgent()(episode)
+        gateway.serve_while(MiniSweAgent(), episode)
         return turn_prompts(gateway.trajectories("probe")), env
 
 

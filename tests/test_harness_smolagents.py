@@ -45,7 +45,7 @@ def play(tiny_model, tokenizer, session: str, max_steps: int):
         model = OpenAIModel(model_id=MODEL_NAME, api_base=gateway.base_url(session), api_key="unused",
                             client_kwargs={"max_retries": 0}, temperature=0.0, max_tokens=64, tool_choice="auto")
         agent = ToolCallingAgent(tools=[word_count], model=model, max_steps=max_steps, verbosity_level=0)
-        answer = agent.run(TASK)
+        answer = gateway.serve_while(agent.run, TASK)  # the gateway's engine calls are made on this thread
         return answer, calls, gateway.trajectories(session)
 
 

@@ -58,3 +58,16 @@ def test_rlyard_train_on_the_mini_swe_agent_arm_with_the_embedded_model(tmp_path
     assert main(["train", "configs/code.yaml", *harness_overrides("embedded", run_dir, 48)]) == 0
     assert "done: 2 steps" in capsys.readouterr().out
     check_run(run_dir, 48)
+
+
+@pytest.mark.timeout(300)  # a deadlock fails the test instead of hanging the suite
+def test_async_training_with_groups_pinned_to_their_weights_on_the_mini_swe_agent_arm(tiny_model_dir, tmp_path, capsys):
+    # partial_rollouts=false: a rollout thread holds the weights for its whole group, so a weight
+    # update waits for it; the gateway's engine calls must then come from that thread (its relay)
+    run_dir = tmp_path / "run"
+    extra = ["orchestrate.mode=async", "orchestrate.partial_rollouts=false", "orchestrate.workers=2", "train.steps=3"]
+    assert main(["train", "configs/code.yaml", *harness_overrides(tiny_model_dir, run_dir, 8), *extra]) == 0
+    assert "done: 3 steps" in capsys.readouterr().out
+    trajectories = read_jsonl(run_dir / "trajectories.jsonl")
+    assert trajectories and not any(t["infra_error"] for t in trajectories)
+    assert all(t["components"]["arm_mini_swe_agent"] == 1.0 for t in trajectories)

@@ -5,7 +5,7 @@ is a harness (it answers `harness_for(task)` with a name) is played by that harn
 episode goes through rlyard's own agent loop, unchanged. For the harness episodes of one call:
 
 1. one in-process gateway over the run's engine (so the policy's current weights sample every
-   reply), each episode on its own session;
+   reply), each episode on its own session; this thread makes every engine call (see gateway.py);
 2. each environment reset as for a tool arm (workspace, sandbox, guard); the harness gets the
    session URL, the workspace, the environment's `run_command` as its exec function, the task
    text (the last message reset returns) and the run's limits and sampling settings;
@@ -75,6 +75,7 @@ def play_harness_episodes(
         with ThreadPoolExecutor(max_workers=len(envs), thread_name_prefix="rlyard-harness") as pool:
             futures = [pool.submit(play_one, gateway, tokenizer, harness, env, task, gid, f"{gid}#{k}", params, limits)
                        for k, (harness, env, task, gid) in enumerate(zip(harnesses, envs, tasks, group_ids))]
+            gateway.relay.serve_until(lambda: all(future.done() for future in futures))  # this thread generates
             return [future.result() for future in futures]
 
 
