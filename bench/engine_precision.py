@@ -5,7 +5,8 @@
 For the embedded SmolLM2-135M: the time of a decode step (48 tokens from 2-token prompts) at
 batch 8 and 50, of prefilling 50 prompts of 300 to 643 tokens, and of one SFT forward+backward
 (LoRA, 4 x 480 tokens) in float32 and under bf16 autocast. Each figure is the median of
---repeats runs after a warm-up; the spread (min, max) is kept in the JSON.
+--repeats runs (decode and SFT after a warm-up run; prefill after the engine's small warm-up batch);
+the spread (min, max) is kept in the JSON.
 """
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def engine(mode: str, pad: int) -> HFEngine:
     return HFEngine(model, pad, quantize="int8" if mode == "int8" else "none")
 
 
-def timed(fn, repeats: int) -> dict[str, float]:
-    fn()  # warm-up (int8: the calibrating batch)
+def timed(fn, repeats: int, warm_up: bool = True) -> dict[str, float]:
+    if warm_up:
+        fn()
     runs = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -60,13 +62,15 @@ def timed(fn, repeats: int) -> dict[str, float]:
 
 def engine_figures(mode: str, pad: int, repeats: int) -> dict:
     eng = engine(mode, pad)
+    eng.generate(prompts(8), SamplingParams(temperature=0.8, max_new_tokens=4, seed=0))  # warm-up; int8: the calibrating batch
     out = {}
     for batch in (8, 50):
         starts = [p[:2] for p in prompts(batch)]
         decode = timed(lambda: eng.generate(starts, SamplingParams(temperature=0.8, max_new_tokens=48, seed=0)), repeats)
         out[f"decode_step_ms_batch{batch}"] = {k: v / 48 * 1000 for k, v in decode.items()}
     full = prompts(50)
-    out["prefill_s_50_prompts"] = timed(lambda: eng.generate(full, SamplingParams(temperature=0.8, max_new_tokens=1, seed=0)), repeats)
+    out["prefill_s_50_prompts"] = timed(lambda: eng.generate(full, SamplingParams(temperature=0.8, max_new_tokens=1, seed=0)), repeats,
+                                        warm_up=False)
     out["prefill_tokens"] = sum(map(len, full))
     return out
 
