@@ -203,9 +203,11 @@ def test_concurrent_requests_share_one_engine_call(server):
     first.start()
     wait_for(lambda: engine.calls)  # the engine is busy with the first request
     others = [threading.Thread(target=ask, args=(f"client {i}", 1.0)) for i in range(3)]
-    others.append(threading.Thread(target=ask, args=("colder", 0.5)))
     for thread in others:
         thread.start()
+    wait_for(lambda: len(app.scheduler.waiting) == 3)  # the oldest waiting request is at T 1.0
+    others.append(threading.Thread(target=ask, args=("colder", 0.5)))
+    others[-1].start()
     wait_for(lambda: len(app.scheduler.waiting) == 4)
     for thread in [first, *others]:
         thread.join(timeout=60)
