@@ -20,6 +20,7 @@ from rlyard.config_sections import (  # noqa: F401  (re-exported: the sections' 
     RolloutConfig, SftConfig, Strict, TrainConfig,
 )
 from rlyard.envs.registry import FamilyNotFound, get_family
+from rlyard.rewards.loading import RewardLoadError, load_rewards
 
 
 class EnvConfig(Strict):
@@ -46,6 +47,17 @@ class EnvConfig(Strict):
         if self.reward_weights is not None and len(self.reward_weights) != len(rewards):
             raise FieldError("reward_weights", self.reward_weights, f"needs one weight per env.reward function "
                              f"({len(rewards)}), got {len(self.reward_weights)}")
+        family = get_family(self.name)  # env.name was checked by its field validator
+        if rewards and family.multi_turn:
+            raise FieldError("reward", self.reward, f"Python reward functions grade single-turn families; {self.name!r} is "
+                             "multi-turn (its environment grades the episode)")
+        if not rewards and not family.multi_turn and family.verify is None:
+            raise FieldError("reward", None, f"env.name={self.name} has no grader of its own: name reward functions, e.g. "
+                             "env.reward=rlyard.rewards:math_equal or env.reward=path/to/rewards.py:my_reward (docs/your-data.md)")
+        try:
+            load_rewards(self.reward, self.reward_weights)  # imports them now: a typo fails before any model loads
+        except RewardLoadError as error:
+            raise FieldError("reward", self.reward, str(error).removeprefix(f"env.reward {self.reward!r}: ")) from None
         return self
 
 
@@ -215,11 +227,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     """Apply `key.path=value` overrides to a config tree in place and return it.
 
+    An `env.name=<family>` naming another family than the file's drops the file's `env.options`
+    (they are that family's); `env.options.<key>=` overrides then apply to the new family.
+
     A bare `algo=<name>` loads the preset configs/algos/<name>.yaml into the `algo` section
     before any other override: the preset's keys replace the file's, the file's other algo
     keys (lr ...) stay, and dotted overrides such as `algo.lr=1e-4` still win.
     """
     parsed = [(text, *parse_override(text)) for text in overrides]
+    env = data.get("env")
+    if isinstance(env, dict) and "options" in env and any(keys == ["env", "name"] and value != env.get("name")
+                                                          for _, keys, value in parsed):
+        del env["options"]  # options are the file's family's: another env.name starts from that family's defaults
     for text, keys, value in parsed:
         if keys == ["algo"] and isinstance(value, str):
             if not isinstance(data.get("algo"), dict):

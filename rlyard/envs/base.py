@@ -73,3 +73,6 @@ class Family:
     validate: Callable[..., list] | None = None  # (options, task_ids, jobs, progress) -> checks with .ok (`rlyard envs validate`)
     # (task, rng: random.Random) -> the reply texts that solve it through make_env()'s env (`rlyard collect`)
     oracle: Callable[..., list[str]] | None = None
+    # (tasks, reply texts, sampled ids) -> one Reward per sample: grades a rollout's single-turn samples in
+    # one call instead of env.score() per sample (`env.reward`'s Python functions, rlyard.rewards.with_rewards)
+    score_batch: Callable[[list[Task], list[str], list[list[int]]], list[Reward]] | None = None

@@ -30,7 +30,7 @@ def merge_options(family: str, split: str, n: int, options: dict[str, Any], defa
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     unknown = sorted(set(options) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown {family} option(s) {unknown}; allowed: {sorted(defaults)}")
+        raise ConfigError(f"env.options: unknown {family} option(s) {unknown}; allowed: {sorted(defaults)}")
     return {**defaults, **options}
 
 

@@ -12,7 +12,7 @@ from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
 from rlyard.harness.runner import play_episodes
-from rlyard.types import SamplingParams, Task, Trajectory
+from rlyard.types import Reward, SamplingParams, Task, Trajectory
 
 
 def render_prompt(tokenizer, messages: list[dict]) -> list[int]:
@@ -49,33 +49,57 @@ def rollout(
     completions = engine.generate(prompts, params, n=n)
     generate_seconds = (time.perf_counter() - started) / max(1, len(tasks) * n)
 
+    samples = [(t, env, completion) for t, group in enumerate(completions) for env, completion in zip(envs[t], group)]
+    texts = [tokenizer.decode(completion.token_ids, skip_special_tokens=True) for _, _, completion in samples]
+    verify_started = time.perf_counter()
+    if family.score_batch is not None:
+        verdicts = batch_verdicts(family, [tasks[t] for t, _, _ in samples], texts, [c.token_ids for _, _, c in samples])
+        for _, env, _ in samples:
+            env.close()
+    else:
+        verdicts = [env_verdict(env, text) for (_, env, _), text in zip(samples, texts)]
+    verify_seconds = (time.perf_counter() - verify_started) / max(1, len(samples))
+
     trajectories = []
-    for t, (task, prompt, group) in enumerate(zip(tasks, prompts, completions)):
-        for env, completion in zip(envs[t], group):
-            text = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
-            verify_started = time.perf_counter()
-            infra, info = False, {}
-            try:
-                env.step(text)
-                reward = env.score()
-                infra = reward.infra_error
-                value, components = reward.value, dict(reward.components)
-                if truncated_reward is not None and completion.finish_reason == "length" and not infra:
-                    value, components["truncated"] = truncated_reward, 1.0
-            except Exception:  # a broken verifier fails this episode only
-                infra, value, components = True, 0.0, {}
-                info = {"error": traceback.format_exc(limit=3)}
-            finally:
-                env.close()
-            trajectories.append(Trajectory(
-                task_id=task.id, group_id=f"{group_prefix}{t}:{task.id}",
-                token_ids=prompt + completion.token_ids,
-                loss_mask=[0] * len(prompt) + [1] * len(completion.token_ids),
-                behaviour_logprobs=[0.0] * len(prompt) + list(completion.logprobs),
-                policy_versions=[-1] * len(prompt) + [completion.policy_version] * len(completion.token_ids),
-                reward=value, components=components,
-                finish_reason="infra_error" if infra else completion.finish_reason, infra_error=infra,
-                completion_text=text if not info else f"{text}\n[verifier error]\n{info['error']}",
-                timings={"generate": generate_seconds, "verify": time.perf_counter() - verify_started},
-            ))
+    for (t, _, completion), text, (reward, error) in zip(samples, texts, verdicts):
+        task, prompt = tasks[t], prompts[t]
+        infra = error is not None or reward.infra_error
+        value, components = (0.0, {}) if error is not None else (reward.value, dict(reward.components))
+        if truncated_reward is not None and completion.finish_reason == "length" and not infra:
+            value, components["truncated"] = truncated_reward, 1.0
+        error = error or (reward.info.get("error") if reward.infra_error else None)
+        trajectories.append(Trajectory(
+            task_id=task.id, group_id=f"{group_prefix}{t}:{task.id}",
+            token_ids=prompt + completion.token_ids,
+            loss_mask=[0] * len(prompt) + [1] * len(completion.token_ids),
+            behaviour_logprobs=[0.0] * len(prompt) + list(completion.logprobs),
+            policy_versions=[-1] * len(prompt) + [completion.policy_version] * len(completion.token_ids),
+            reward=value, components=components,
+            finish_reason="infra_error" if infra else completion.finish_reason, infra_error=infra,
+            completion_text=text if not error else f"{text}\n[verifier error]\n{error}",
+            timings={"generate": generate_seconds, "verify": verify_seconds},
+        ))
     return trajectories
+
+
+def env_verdict(env, text: str) -> tuple[Reward | None, str | None]:
+    """(reward, None), or (None, the traceback) when the environment or its verifier broke."""
+    try:
+        env.step(text)
+        return env.score(), None
+    except Exception:  # a broken verifier fails this episode only
+        return None, traceback.format_exc(limit=3)
+    finally:
+        env.close()
+
+
+def batch_verdicts(family: Family, tasks: list[Task], texts: list[str], ids: list[list[int]]) -> list[tuple[Reward | None, str | None]]:
+    """The family's batch grader over every sample; a grader that breaks as a whole fails them all."""
+    try:
+        rewards = family.score_batch(tasks, texts, ids)
+        if len(rewards) != len(tasks):
+            raise ValueError(f"score_batch returned {len(rewards)} rewards for {len(tasks)} samples")
+        return [(reward, None) for reward in rewards]
+    except Exception:
+        error = traceback.format_exc(limit=3)
+        return [(None, error)] * len(tasks)

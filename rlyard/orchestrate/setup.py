@@ -19,6 +19,7 @@ from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
 from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights
+from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
 from rlyard.train import Learner, find_checkpoint
 from rlyard.types import Task
 
@@ -60,15 +61,36 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     tokenizer = load_tokenizer(config.model.name)
     if model is None:
         model = policy_model(config.model, train if adapter is None else adapter)
-    family = get_family(config.env.name)
+    family = run_family(config)
     env_seed, options = config.env.seed, config.env.options
-    stream = TaskStream(family.make_tasks("train", config.env.train_size, env_seed, **options), seed=env_seed) if train else None
+    train_tasks = family.make_tasks("train", config.env.train_size, env_seed, **options) if train else []
+    stream = TaskStream(train_tasks, seed=env_seed) if train else None
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
+    check_reward_arguments(config, train_tasks + eval_tasks)
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast]) if train else None
     engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                       prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
+
+
+def run_family(config: RunConfig) -> Family:
+    """`env.name`'s family, graded by the `env.reward` functions when the config names some."""
+    family = get_family(config.env.name)
+    if config.env.reward is None:
+        return family
+    return with_rewards(family, load_rewards(config.env.reward, config.env.reward_weights))
+
+
+def check_reward_arguments(config: RunConfig, tasks: list[Task]) -> None:
+    """A reward function that requires a column no task has is refused before the first rollout."""
+    if config.env.reward is None or not tasks:
+        return
+    columns = {key for task in tasks[:1000] for key in task.payload}
+    try:
+        check_arguments(load_rewards(config.env.reward, config.env.reward_weights), columns, f"env.name={config.env.name}'s data")
+    except RewardLoadError as error:
+        raise ConfigError(str(error)) from None
 
 
 def policy_model(model_config: ModelConfig, adapter: bool = True):
