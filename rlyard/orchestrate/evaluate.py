@@ -29,12 +29,14 @@ def evaluate(
     `progress(done, total)` is called after each batch of episodes, counted as greedy episodes
     (one per task) plus sampled ones (`samples` per task). A sampled batch holds about
     `batch_size` episodes (at least one task), so the count moves often even with many samples.
-    Counts (`tasks`, `infra_errors`) are ints, rates floats. Besides accuracy: mean sampled tokens,
+    Counts (`tasks`, `infra_errors`) are ints, rates floats. Accuracy counts rewards >= 1 (a solved
+    task); `mean_reward` averages the graded greedy episodes' rewards, the figure to watch when the
+    reward is a weighted sum of `env.reward` functions rather than 0 / 1. Besides accuracy: mean sampled tokens,
     mean turns and the mean of each reward component over the greedy episodes (for tool families
     e.g. `mean_malformed_calls`, `mean_tool_calls`: how an agent behaves, not only whether it won).
     """
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
-    correct, infra, lengths, turns, components = 0, 0, [], [], {}
+    correct, infra, lengths, turns, components, rewards = 0, 0, [], [], {}, []
     per_task_hits: list[int] = []
     total, done = len(tasks) * (1 + samples), 0
     tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
@@ -43,6 +45,7 @@ def evaluate(
         for traj in rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits):
             correct += traj.reward >= 1.0
             infra += traj.infra_error
+            rewards += [] if traj.infra_error else [traj.reward]
             lengths.append(traj.num_sampled_tokens)
             turns.append(traj.turns)
             for name, value in traj.components.items():
@@ -62,7 +65,7 @@ def evaluate(
                 progress(done, total)
     result: dict[str, float | int] = {
         "tasks": len(tasks), "accuracy": correct / max(1, len(tasks)),
-        "infra_errors": int(infra), "mean_tokens": sum(lengths) / max(1, len(lengths)),
+        "infra_errors": int(infra), "mean_reward": sum(rewards) / max(1, len(rewards)), "mean_tokens": sum(lengths) / max(1, len(lengths)),
         "mean_turns": sum(turns) / max(1, len(turns)),
         **{f"mean_{name}": sum(values) / len(values) for name, values in sorted(components.items())},
     }
