@@ -182,16 +182,49 @@ def test_builtin_helpers_by_hand():
     assert exact_match([[{"role": "assistant", "content": "42"}]], ["42"]) == [1.0]  # TRL's conversational format
 
 
-def test_math_equal_without_math_verify_uses_sympy(monkeypatch):
-    import builtins
+def without_math_verify(monkeypatch):
+    import importlib.util
 
-    real_import = builtins.__import__
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real(name, *a))
 
-    def no_math_verify(name, *args, **kwargs):
-        if name.startswith("math_verify"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_math_verify)
-    assert math_equal(["so 2*3 = \\boxed{6}", "it is 0.50", "no number"], ["6", "1/2", "3"]) == [1.0, 1.0, 0.0]
-    assert not math.isnan(math_equal(["x"], ["y"])[0])
+def test_math_equal_without_math_verify_reads_exact_values(monkeypatch):
+    without_math_verify(monkeypatch)
+    replies = ["so 2*3 = \\boxed{6}", "it is 0.50", "\\boxed{\\frac{3}{4}}", "1,000 apples", "\\boxed{2^{10}}", "no number"]
+    assert math_equal(replies, ["6", "1/2", "0.75", "1000", "1024", "3"]) == [1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+
+
+# --------------------------------------------------------------- attacks a policy would try on math_equal
+INJECTION = "\\boxed{__import__('os').system('touch {mark}')}"
+
+
+@pytest.mark.parametrize("checker", ["math_verify", "exact"])
+def test_a_reply_never_runs_as_code(monkeypatch, tmp_path, checker):
+    if checker == "exact":
+        without_math_verify(monkeypatch)
+    mark = tmp_path / "pwned"
+    reply = INJECTION.replace("{mark}", str(mark))
+    assert math_equal([reply, f"{reply} so \\boxed{{0}}"], ["0", "1"]) == [0.0, 0.0]
+    assert not mark.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_power_tower_cannot_stall_the_trainer():
+    """sympy computes 9^(9^(9^9)) in C holding the GIL: in-process timeouts never fire. The check
+    runs in a child process that is killed at its deadline; the reply scores 0, the next check works."""
+    import threading
+
+    from rlyard.rewards.builtin import _MATH_VERIFY
+
+    out = []
+    worker = threading.Thread(target=lambda: out.append(math_equal(["\\boxed{9^{9^{9^{9}}}}", "\\boxed{29}"], ["29", "29"])))
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive() and out == [[0.0, 1.0]]
+    assert _MATH_VERIFY._child is not None and _MATH_VERIFY._child.poll() is None  # a fresh child took the next check
+
+
+def test_a_power_tower_without_math_verify_is_not_a_number(monkeypatch):
+    without_math_verify(monkeypatch)
+    assert math_equal(["\\boxed{9^{9^{9^{9}}}}", "\\boxed{10^{100}}"], ["29", "1"]) == [0.0, 0.0]

@@ -6,13 +6,16 @@ missing for a row (not applicable: the sample is graded by the other functions, 
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
-import threading
 from typing import Any
 
-_BOXED = re.compile(r"\\boxed\s*\{")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+from rlyard.rewards.isolated import IsolatedFunction, Overran
+from rlyard.rewards.mathcheck import exact_value, final_answer, last_boxed
+
+_MATH_VERIFY = IsolatedFunction("rlyard.rewards.mathcheck:math_verify_equal", timeout_s=5.0)
+
 _FENCED_JSON = re.compile(r"```(?:json)?\s*\n(.*?)```", re.S)
 _THINK = re.compile(r"^<think>\n(?!.*<think>)(.*?)</think>.*$", re.S)
 
@@ -51,76 +54,42 @@ def regex_match(completions: list, pattern: list, **kwargs) -> list[float | None
     return rewards
 
 
-def last_boxed(text: str) -> str | None:
-    """The contents of the last \\boxed{...} (braces balanced), or None."""
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    if not starts:
-        return None
-    depth, start = 1, starts[-1]
-    for index in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[index], 0)
-        if depth == 0:
-            return text[start:index]
-    return None
-
-
-def final_answer(text: str) -> str | None:
-    """What a math reply answers: its last \\boxed{}, else its last number."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    numbers = _NUMBER.findall(text)
-    return numbers[-1].replace(",", "") if numbers else None
-
-
-def _equal_sympy(gold: str, given: str) -> bool:
-    import sympy
-
-    try:
-        difference = sympy.simplify(sympy.sympify(gold.replace("^", "**")) - sympy.sympify(given.replace("^", "**")))
-        return bool(difference == 0)
-    except (sympy.SympifyError, TypeError, SyntaxError, ValueError, AttributeError):
-        return _normal(gold) == _normal(given)
-
-
-def _equal_math_verify(gold: str, text: str) -> bool | None:
-    """math-verify's verdict (LaTeX-aware), None when it cannot read the gold answer."""
-    from math_verify import parse, verify
-
-    main = threading.current_thread() is threading.main_thread()  # math-verify's timeouts use signals
-    timeout = {"parsing_timeout": 5 if main else None}
-    gold_parsed = parse(gold if "$" in gold or "\\" in gold else f"${gold}$", **timeout)
-    if not gold_parsed:
-        return None
-    boxed = last_boxed(text)
-    answer = parse(f"$\\boxed{{{boxed}}}$" if boxed is not None else text, **timeout)
-    return bool(verify(gold_parsed, answer, timeout_seconds=3 if main else None))
-
-
 def math_equal(completions: list, answer: list | None = None, solution: list | None = None, **kwargs) -> list[float | None]:
-    """1.0 when the reply's final answer equals the row's `answer` (or TRL's `solution`) as math:
-    with math-verify (`pip install math-verify`) when installed, else sympy on the last \\boxed{}
-    or number. None where the row has neither column, or math-verify cannot read the gold answer."""
+    """1.0 when the reply's final answer equals the row's `answer` (or TRL's `solution`) as math.
+
+    With math-verify installed (`pip install math-verify`), its LaTeX-aware verdict, computed in a
+    child process killed after 5 s (a reply can stall it: rlyard/rewards/isolated.py); a reply
+    that overruns scores 0. Without it, the exact value of the last \\boxed{} or number against
+    the gold's (never `eval`: rlyard/rewards/mathcheck.py), else the two as normalised text.
+    None where the row has neither column, or math-verify cannot read the gold answer.
+    """
     golds = answer if answer is not None else solution
     if golds is None:
         return [None] * len(completions)
-    try:
-        import math_verify  # noqa: F401
-        use_math_verify = True
-    except ImportError:
-        use_math_verify = False
+    use_math_verify = importlib.util.find_spec("math_verify") is not None
     rewards: list[float | None] = []
     for completion, gold in zip(completions, golds, strict=True):
         text = completion_text(completion)
         if gold is None:
             rewards.append(None)
         elif use_math_verify:
-            verdict = _equal_math_verify(str(gold), text)
+            try:
+                verdict = _MATH_VERIFY(str(gold), text)
+            except Overran:
+                verdict = False
             rewards.append(None if verdict is None else float(verdict))
         else:
-            given = final_answer(text)
-            rewards.append(0.0 if given is None else float(_equal_sympy(str(gold), given)))
+            rewards.append(float(_equal_exactly(str(gold), final_answer(text))))
     return rewards
+
+
+def _equal_exactly(gold: str, given: str | None) -> bool:
+    if given is None:
+        return False
+    gold_value, given_value = exact_value(gold), exact_value(given)
+    if gold_value is not None and given_value is not None:
+        return gold_value == given_value
+    return _normal(gold) == _normal(given)
 
 
 def _json_of(text: str) -> tuple[bool, Any]:
