@@ -1,4 +1,4 @@
-"""`rlyard train | sft | collect | eval | serve | agent | envs`: the command line."""
+"""`rlyard train | sft | collect | eval | export | serve | agent | envs`: the command line."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,7 @@ EPILOG = """examples:
   rlyard sft demos.jsonl sft.epochs=2             # supervised fine-tuning on tool-calling conversations
   rlyard train configs/files.yaml model.init_from=runs/sft-demos-20261130-101500   # RL from the SFT weights
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
+  rlyard export runs/quickstart-20261130-101500 --out exports/quickstart   # a Hugging Face folder for transformers / vLLM
   rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
   rlyard agent --workspace ./repo --base-url http://127.0.0.1:8000/v1 "Fix the failing test"
   rlyard envs list
@@ -195,6 +196,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPORT_EPILOG = """examples:
+  rlyard export runs/quickstart-20261130-101500 --out exports/quickstart        # merged weights + tokenizer
+  rlyard export runs/quickstart-20261130-101500 --out exports/qs-bf16 --dtype bfloat16
+  rlyard export runs/quickstart-20261130-101500/checkpoints/step_000020 --out exports/qs-step20
+  rlyard export runs/quickstart-20261130-101500 --out exports/qs-adapter --adapter   # the PEFT adapter only
+
+The merged folder loads with transformers' AutoModelForCausalLM / AutoTokenizer.from_pretrained(OUT)
+and with vLLM (vllm serve OUT); the adapter with PeftModel.from_pretrained(base, OUT) or vLLM's
+--enable-lora. A run started with model.init_from has that run's weights merged in; its adapter
+applies on top of that run's policy, not on model.name. Details: docs/export.md
+"""
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlyard.export import export_run, report  # torch and the model code: not needed for --help
+
+    print(report(export_run(Path(args.run), Path(args.out), adapter=args.adapter, dtype=args.dtype, force=args.force)))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from rlyard.serve import RlyardServer, serve
 
@@ -310,6 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--k", type=int, default=1, help="k of pass@k (needs --samples >= k)")
     ev.add_argument("--output", help="JSON file for the results (default: the --checkpoint run's folder, "
                                      "eval-step_N-<time>.json; without --checkpoint runs/eval-<name>-<env>-<time>.json)")
+    ex = sub.add_parser("export", help="write a run's policy as a Hugging Face model folder (transformers, PEFT, vLLM)",
+                        epilog=EXPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Write the trained policy of a run (its latest checkpoint, or the checkpoints/step_N "
+                                    "folder given) as safetensors weights, config.json, generation config and tokenizer "
+                                    "with its chat template.")
+    ex.add_argument("run", metavar="RUN_DIR", help="an rlyard train / rlyard sft run folder, or one of its checkpoints/step_N")
+    ex.add_argument("--out", required=True, metavar="DIR", help="the folder to write (written in a staging folder, then renamed)")
+    ex.add_argument("--adapter", action="store_true", help="only the LoRA adapter (adapter_config.json + "
+                                                           "adapter_model.safetensors), not merged weights; LoRA runs only")
+    ex.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="of the written weights (default: the run's model.dtype)")
+    ex.add_argument("--force", action="store_true", help="replace --out when it exists and is not empty")
     sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over the policy (chat with tools, completions, sessions)")
     sv.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml, here or shipped with rlyard)")
     sv.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
@@ -365,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "serve": cmd_serve, "agent": cmd_agent, "envs": cmd_envs,
-            "collect": collect_cli.run}
+COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "export": cmd_export, "serve": cmd_serve, "agent": cmd_agent,
+            "envs": cmd_envs, "collect": collect_cli.run}
 
 
 if __name__ == "__main__":

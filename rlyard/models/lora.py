@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
 
@@ -35,7 +36,10 @@ def trainable_state_dict(model) -> dict[str, torch.Tensor]:
     if is_peft(model):
         from peft import get_peft_model_state_dict
 
-        return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+        # rlyard never resizes the vocabulary, so the base embeddings need no copy; peft's "auto"
+        # would reread the base's config.json (or ask the Hub) at every save to find that out.
+        state = get_peft_model_state_dict(model, save_embedding_layers=False)
+        return {k: v.detach().clone() for k, v in state.items()}
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -49,6 +53,21 @@ def load_trainable_state_dict(model, state: dict[str, torch.Tensor]) -> None:
             raise ValueError(f"checkpoint adapter has keys the model lacks: {unexpected[:5]}")
     else:
         model.load_state_dict(state)
+
+
+def save_adapter(model, folder: Path) -> None:
+    """The adapter in peft's own format (adapter_config.json + adapter_model.safetensors), the one
+    `PeftModel.from_pretrained` and vLLM's LoRA support read; weights.pt is rlyard's resume format.
+
+    adapter_config.json names as its base the folder or id the base weights came from, made
+    absolute so that the folder still loads from elsewhere (a run started with model.init_from
+    names that run's checkpoint: `initial_model`).
+    """
+    config = model.peft_config[model.active_adapter]
+    base = config.base_model_name_or_path
+    if base and Path(base).exists():
+        config.base_model_name_or_path = str(Path(base).resolve())
+    model.save_pretrained(folder, save_embedding_layers=False)
 
 
 @torch.no_grad()

@@ -123,14 +123,17 @@ def initial_model(model_config: ModelConfig):
     model = initial_model(source.model_copy(update={"dtype": model_config.dtype, "device": model_config.device}))
     # The weights only: load_checkpoint would also restore the earlier run's RNG state.
     weights = torch.load(checkpoint / "weights.pt", map_location="cpu", weights_only=True)
-    if not source.lora.enabled:
+    if source.lora.enabled:
+        lora = source.lora
+        with torch.random.fork_rng(devices=[]):  # the old adapter's throwaway init leaves this run's seeded draws alone
+            model = add_lora(model, lora.rank, lora.alpha, 0.0, lora.target_modules)
         load_trainable_state_dict(model, weights)
-        return model
-    lora = source.lora
-    with torch.random.fork_rng(devices=[]):  # the old adapter's throwaway init leaves this run's seeded draws alone
-        model = add_lora(model, lora.rank, lora.alpha, 0.0, lora.target_modules)
-    load_trainable_state_dict(model, weights)
-    return model.merge_and_unload()
+        model = model.merge_and_unload()
+    else:
+        load_trainable_state_dict(model, weights)
+    # A new adapter records this as its base (adapter_config.json): these weights are not model.name's.
+    model.name_or_path = str(checkpoint.resolve())
+    return model
 
 
 def init_checkpoint(init_from: str) -> Path:

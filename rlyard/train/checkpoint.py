@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rlyard.observe.store import write_atomic
-from rlyard.models.lora import load_trainable_state_dict, trainable_state_dict
+from rlyard.models.lora import is_peft, load_trainable_state_dict, save_adapter, trainable_state_dict
 
 
 def rng_state() -> dict[str, Any]:
@@ -31,6 +31,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2, critic=None) -> Path:
     """Save weights (adapter or full), optimizer, RNG states and `state` (step, data position ...).
 
+    A LoRA run also gets adapter/, the same adapter in peft's format, so that
+    `PeftModel.from_pretrained(base, ".../step_N/adapter")` or vLLM load it without rlyard.
     `critic` (PPO's value head and its optimizer, `rlyard.train.critic.Critic`) goes to critic.pt.
     """
     root = Path(run_dir) / "checkpoints"
@@ -40,6 +42,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str,
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     torch.save(trainable_state_dict(model), staging / "weights.pt")
+    if is_peft(model):
+        save_adapter(model, staging / "adapter")
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     if critic is not None:
         torch.save(critic.state_dict(), staging / "critic.pt")
