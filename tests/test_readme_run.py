@@ -109,3 +109,27 @@ def test_serve_checkpoint_answers_the_openai_client(readme_run):
             server.kill()
             server.wait()
         server.stdout.close()
+
+
+def test_export_loads_in_transformers_with_the_runs_greedy_tokens(readme_run, tmp_path):
+    """`rlyard export RUN --out DIR` on the README's run: transformers loads DIR and decodes greedily
+    what the run's policy decodes in rlyard (loaded as `rlyard eval --checkpoint RUN` loads it)."""
+    import argparse
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlyard.cli import load_policy
+    from rlyard.types import SamplingParams
+
+    cwd, run = readme_run
+    out = tmp_path / "exported"
+    rlyard(cwd, "export", str(run.relative_to(cwd)), "--out", str(out))
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    prompt = list(tokenizer.apply_chat_template([{"role": "user", "content": "What is 12+34?"}], add_generation_prompt=True,
+                                                tokenize=True, return_dict=False))
+    with torch.no_grad():
+        exported = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt):].tolist()
+    _, c, _ = load_policy(argparse.Namespace(config=None, overrides=[], checkpoint=str(run)))
+    ours = c.engine.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=c.stop_token_ids))
+    assert exported[: len(ours[0][0].token_ids)] == ours[0][0].token_ids
