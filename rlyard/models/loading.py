@@ -92,9 +92,10 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16":
 
 def autocast(dtype: torch.dtype | None, device: torch.device | str):
     """Mixed precision (`model.autocast`): matmuls in `dtype` over float32 weights and gradients;
-    a no-op for None. On CPUs with AMX or AVX512-BF16 a bf16 matmul is ~2.8x a float32 one. Not for
-    the engine: a decode step would cast every weight again (slower than float32 at batch 8); the
-    engine takes weights of its own dtype instead (`rollout.dtype`)."""
+    a no-op for None. `device` is the model's (a parameter's), so the same call autocasts on CUDA,
+    where bf16 tensor cores are the point, and on CPUs, where AMX or AVX512-BF16 make a bf16 matmul
+    ~2.8x a float32 one. Not for the engine: a decode step would cast every weight again (slower
+    than float32 at batch 8); the engine takes weights of its own dtype instead (`rollout.dtype`)."""
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)

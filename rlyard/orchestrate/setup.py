@@ -68,7 +68,8 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
     check_reward_arguments(config, train_tasks + eval_tasks)
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
-                      config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast]) if train else None
+                      config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast],
+                      total_steps=config.train.steps) if train else None
     engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                       prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
@@ -95,11 +96,25 @@ def check_reward_arguments(config: RunConfig, tasks: list[Task]) -> None:
 
 def policy_model(model_config: ModelConfig, adapter: bool = True):
     """The model a run trains: its starting weights (`initial_model`), with a fresh LoRA adapter
-    when `adapter` and `model.lora.enabled` (full fine-tuning trains the weights themselves)."""
+    when `adapter` and `model.lora.enabled` (full fine-tuning trains the weights themselves).
+
+    `model.gradient_checkpointing` recomputes each layer in backward. Non-reentrant checkpointing
+    needs no `enable_input_require_grads` for LoRA (the frozen embeddings' output need not require
+    grad, unlike the reentrant kind). It acts only in train mode with gradients on, so the engine
+    (eval mode, no grad) keeps its KV cache when it shares this model; the learner's prompt-sharing
+    cache does not survive it (`rlyard.train.learner.unshared_logprobs`).
+    """
     model = initial_model(model_config)
     if adapter and model_config.lora.enabled:
         lora = model_config.lora
         model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+    if model_config.gradient_checkpointing:
+        base = model.get_base_model() if is_peft(model) else model
+        kwargs = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name warns
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model
 
 

@@ -4,8 +4,9 @@ The loss is the mean negative log-likelihood of the assistant tokens (loss_mask 
 conversations. Each micro-batch's summed NLL is divided by the whole step's assistant-token
 count before its backward, so the gradient is that of the token mean over the step however it
 is cut into micro-batches (a plain mean of micro-batch means would weight a short micro-batch's
-tokens more). AdamW with a linear warmup, then cosine decay to 0 or a constant rate; gradients
-clipped at `sft.max_grad_norm`. The held-out loss is measured before the first step, every
+tokens more). AdamW with a linear warmup, then cosine decay to 0 or a constant rate
+(`rlyard.train.schedule`, the RL learner's schedule too); gradients clipped at
+`sft.max_grad_norm`. The held-out loss is measured before the first step, every
 `sft.eval_every` steps and after the last.
 
 The run folder is `rlyard train`'s: config.yaml, metrics.jsonl (`loss/train`, `eval/loss` ...),
@@ -15,7 +16,6 @@ starts an RL run with `model.init_from`.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from rlyard.sft.batching import DataOrder, Example, Tokenized, ignored_tools_not
 from rlyard.sft.data import file_digest, load_conversations, split_held_out
 from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlyard.train.logprobs import backbone_and_head
+from rlyard.train.schedule import lr_at
 
 
 @dataclass
@@ -53,16 +54,6 @@ class SftData:
     held_out: Tokenized
     digest: str  # of the data files, so a resumed run can tell they changed
     note: str | None  # a warning about the data, e.g. `tools` the chat template ignores
-
-
-def lr_at(step: int, total: int, s: SftConfig) -> float:
-    """The learning rate of optimizer step `step` (0-based) of `total`."""
-    if step < s.warmup_steps:
-        return s.lr * (step + 1) / s.warmup_steps
-    if s.schedule == "constant":
-        return s.lr
-    progress = (step - s.warmup_steps) / max(1, total - s.warmup_steps)
-    return s.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def token_nll(model, examples: list[Example], precision: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
@@ -184,7 +175,8 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
 
     final_eval, final_train, since = None, None, []
     with MetricsLogger(run_dir, total, start, out.tensorboard, out.wandb, out.wandb_project,
-                       config.model_dump(mode="json"), out.progress) as logger:
+                       config.model_dump(mode="json"), out.progress, mlflow=out.mlflow,
+                       mlflow_tracking_uri=out.mlflow_tracking_uri, mlflow_experiment=out.mlflow_experiment) as logger:
         if held and start == 0 and base is None:
             base = held_out_loss(model, held, s.micro_batch_size, precision)
             logger.log(0, {"eval/loss": base})
@@ -192,7 +184,8 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
         for step in range(start, total):
             started = time.perf_counter()
             micro = [[train[i] for i in indices] for indices in order.step(step)]
-            metrics = train_step(model, optimizer, micro, lr_at(step, total, s), s.max_grad_norm, precision)
+            metrics = train_step(model, optimizer, micro, lr_at(step, total, s.lr, s.schedule, s.warmup_steps),
+                                 s.max_grad_norm, precision)
             seconds = time.perf_counter() - started
             train_seconds += seconds
             done, final_train = step + 1, metrics["loss/train"]

@@ -7,6 +7,11 @@ then per micro-batch (one shared prompt each) the policy logprobs, the policy lo
 `score` is the no-grad pass that some algorithms need before their advantages: the trainer's
 own logprobs (TIS, decoupled PPO's pi_prox), the reference's (KL in the reward) and the
 critic's values (GAE).
+
+The learning rate follows `algo.lr_schedule` over optimizer steps, as transformers' schedulers
+count them: a train step makes U = ppo_epochs x minibatches optimizer steps, so the schedule
+runs over train.steps x U of them and warms up over algo.warmup_steps x U. It is a pure function
+of (train step, update), so a resumed run continues the schedule exactly.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from rlyard.algos.value import value_loss
 from rlyard.models.loading import autocast
 from rlyard.models.lora import reference_mode
 from rlyard.train.critic import Critic
-from rlyard.train.logprobs import backbone_and_head, continuation_logprobs
+from rlyard.train.logprobs import GroupLogprobs, backbone_and_head, continuation_logprobs
+from rlyard.train.schedule import lr_at
 from rlyard.types import Trajectory
 
 # Per-token sums a micro-batch reports; train_step divides them by the token count.
@@ -86,11 +92,50 @@ def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) ->
     return micro
 
 
+def is_checkpointing(model) -> bool:
+    """Whether a forward with gradients recomputes its layers in backward (`model.gradient_checkpointing`)."""
+    return model.training and torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+
+
+def unshared_logprobs(model, micro: MicroBatch, temperature: float, with_entropy: bool, with_hidden: bool) -> GroupLogprobs:
+    """`continuation_logprobs` without the shared prompt's KV cache, for a checkpointed model.
+
+    A checkpointed layer drops its cache (transformers sets cache=None: the backward's replay
+    would write it twice), so continuations could not attend to a prompt that ran once. Each row
+    is prompt + continuation in one right-padded forward instead: the prompt's compute is paid
+    per continuation, the price of keeping only each layer's input for the backward.
+    """
+    body, head = backbone_and_head(model)
+    device, start = head.weight.device, len(micro.prefix) - 1
+    ids = torch.zeros((len(micro.continuations), start + max(len(c) for c in micro.continuations)), dtype=torch.long)
+    for row, tokens in enumerate(micro.continuations):
+        ids[row, : start + len(tokens)] = torch.tensor((micro.prefix + tokens)[:-1])  # the last token predicts nothing
+    hidden = body(input_ids=ids.to(device), use_cache=False).last_hidden_state[:, start:]  # column c predicts token c
+    rows, cols, targets, temperatures = [], [], [], []
+    for row, (tokens, mask) in enumerate(zip(micro.continuations, micro.masks)):
+        own = micro.temperatures[row] if micro.temperatures else None
+        for col, (token, keep) in enumerate(zip(tokens, mask)):
+            if keep:
+                rows.append(row), cols.append(col), targets.append(token)
+                temperatures.append(own[col] if own is not None else temperature)
+    selected = hidden[torch.tensor(rows), torch.tensor(cols)]
+    log_probs = torch.log_softmax(head(selected).float() / torch.tensor(temperatures, device=device)[:, None], dim=-1)
+    token_logprobs = log_probs.gather(-1, torch.tensor(targets, device=device)[:, None]).squeeze(-1)
+    token_entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else torch.zeros_like(token_logprobs)
+    counts = [sum(mask) for mask in micro.masks]
+    return GroupLogprobs(list(token_logprobs.split(counts)), list(token_entropy.split(counts)),
+                         list(selected.split(counts)) if with_hidden else None)
+
+
 class Learner:
     def __init__(self, model, algo, temperature: float, micro_batch_size: int, max_new_tokens: int | None = None,
-                 autocast_dtype: torch.dtype | None = None):
+                 autocast_dtype: torch.dtype | None = None, total_steps: int | None = None):
+        """`total_steps`: the run's train steps (train.steps), over which linear and cosine schedules decay."""
         self.model, self.algo, self.temperature, self.micro_batch_size = model, algo, temperature, micro_batch_size
         self.autocast_dtype = autocast_dtype  # model.autocast: the forward's matmuls (and so the backward's) in bf16
+        if algo.lr_schedule != "constant" and total_steps is None:
+            raise ValueError(f"algo.lr_schedule={algo.lr_schedule} decays over the run: pass total_steps (train.steps)")
+        self.total_steps = total_steps
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
@@ -134,13 +179,20 @@ class Learner:
                     for key, value in stats.items():
                         sums[key] = max(sums[key], value) if key == "mismatch_max" else sums[key] + value
                     trained_tokens += len(micro.prefix) + sum(len(c) for c in micro.continuations)
-                grad_norms.append(self._step())
+                lr = self.lr_at(step, len(grad_norms))
+                grad_norms.append(self._step(lr))
         elapsed = time.perf_counter() - started
         metrics = self._metrics(sums, grad_norms)
         return metrics | {
-            "train/skipped_sequences": skipped / (len(batch) * algo.ppo_epochs),
+            "train/skipped_sequences": skipped / (len(batch) * algo.ppo_epochs), "train/lr": lr,
             "time/train": elapsed, "time/train_tokens_per_s": trained_tokens / elapsed if elapsed > 0 else 0.0,
         }
+
+    def lr_at(self, step: int, update: int = 0) -> float:
+        """The policy's learning rate in update `update` (0-based, of ppo_epochs x minibatches) of
+        train step `step` (0-based). The critic keeps algo.value_lr."""
+        algo, per_step = self.algo, self.algo.ppo_epochs * self.algo.minibatches
+        return lr_at(step * per_step + update, (self.total_steps or 0) * per_step, algo.lr, algo.lr_schedule, algo.warmup_steps * per_step)
 
     def trained_length(self, traj: Trajectory) -> int:
         """Sampled tokens that enter the loss: none for an infra failure or, with overlong_filter, a
@@ -193,6 +245,8 @@ class Learner:
 
     def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
         with autocast(self.autocast_dtype, next(self.model.parameters()).device):
+            if is_checkpointing(self.model):
+                return unshared_logprobs(self.model, micro, self.temperature, with_entropy, with_hidden)
             return continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
                                          with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures)
 
@@ -205,8 +259,10 @@ class Learner:
         if self.critic is not None:
             self.critic.zero_grad()
 
-    def _step(self) -> float:
-        """Clip and step the policy (and the critic, on its own norm); returns the policy's gradient norm."""
+    def _step(self, lr: float) -> float:
+        """Clip and step the policy at `lr` (and the critic, on its own norm); returns the policy's gradient norm."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr  # also overrides the rate a resumed optimizer's state_dict brought back
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         # A batch with no signal (every group's rewards equal) leaves None gradients, so AdamW skips
         # it: no step on stale momentum. TRL backpropagates the zero loss and steps; doing that here
