@@ -108,8 +108,6 @@ def test_an_sft_run_logs_to_mlflow_and_a_stopped_one_ends_killed(tmp_path, tiny_
     assert [step for step, _ in history(client, stopped, "loss/train")] == [1, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="rlyard/orchestrate/run.py does not pass output.mlflow* to MetricsLogger yet; "
-                                       "remove this mark when it does")
 def test_an_rl_run_logs_to_mlflow(tmp_path, tiny_model_dir):
     from rlyard.orchestrate.sync import train
 

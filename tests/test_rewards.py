@@ -1,7 +1,6 @@
 """Python reward functions (`env.reward`): loading, TRL's calling convention, and every way a
 function can fail, each giving a clear error or an infra-flagged sample, never a silent 0."""
 import asyncio
-import math
 
 import pytest
 

@@ -86,7 +86,9 @@ class Run:
         self.store.truncate_after(self.start_step)
         output = config.output
         self.logger = MetricsLogger(run_dir, config.train.steps, self.start_step, output.tensorboard, output.wandb,
-                                    output.wandb_project, config.model_dump(mode="json"), output.progress)
+                                    output.wandb_project, config.model_dump(mode="json"), output.progress,
+                                    mlflow=output.mlflow, mlflow_tracking_uri=output.mlflow_tracking_uri,
+                                    mlflow_experiment=output.mlflow_experiment)
 
     def __enter__(self) -> "Run":
         try:
