@@ -12,15 +12,18 @@ def _text(completion):
     return completion if isinstance(completion, str) else completion[0]["content"]
 
 
+def final_number(text):
+    """The last \\boxed{...} number, else the last number of the reply."""
+    boxed = re.findall(r"\\boxed\{\s*(-?\d+)\s*\}", text)
+    numbers = boxed or re.findall(r"-?\d+", text)
+    return numbers[-1] if numbers else None
+
+
 def correct(completions, answer, **kwargs):
-    """1.0 when the last \\boxed{} holds the answer."""
-    rewards = []
-    for completion, gold in zip(completions, answer):
-        boxed = re.findall(r"\\boxed\{([^}]*)\}", _text(completion))
-        rewards.append(1.0 if boxed and boxed[-1].strip() == gold else 0.0)
-    return rewards
+    """1.0 when the reply's final number is the answer."""
+    return [1.0 if final_number(_text(c)) == gold else 0.0 for c, gold in zip(completions, answer)]
 
 
 def boxed(completions, **kwargs):
-    """0.2 for putting some answer in \\boxed{}: a small format bonus."""
-    return [0.2 if "\\boxed{" in _text(completion) else 0.0 for completion in completions]
+    """0.2 for putting the final number in \\boxed{}: a small format bonus."""
+    return [0.2 if re.search(r"\\boxed\{\s*-?\d+\s*\}", _text(c)) else 0.0 for c in completions]

@@ -50,16 +50,19 @@ def component_means(batch: list[Trajectory]) -> dict[str, float]:
     """Each reward component's batch mean (e.g. malformed tool calls per episode), as reward/<name>."""
     valid = [t for t in batch if not t.infra_error]
     names = sorted({name for t in valid for name in t.components})
-    return {f"reward/{name}": statistics.fmean(t.components.get(name, 0.0) for t in valid) for name in names} if valid else {}
+    # over the samples that have the component: a reward function's None (not applicable) is not a 0
+    return {f"reward/{name}": statistics.fmean(t.components[name] for t in valid if name in t.components) for name in names}
 
 
-def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, label: str) -> float:
+def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, label: str) -> dict[str, float]:
+    """Greedy held-out accuracy and mean reward (`eval/accuracy`, `eval/mean_reward`), said on one line."""
     started = time.perf_counter()
     result = evaluate(c.engine, c.tokenizer, c.family, c.eval_tasks, config.eval.max_new_tokens or config.rollout.max_new_tokens,
                       c.stop_token_ids, config.eval.batch_size, limits=agent_limits(config))
-    message = f"[rlyard] {label} held-out greedy accuracy: {result['accuracy']:.1%} on {len(c.eval_tasks)} tasks ({time.perf_counter() - started:.0f} s)"
+    message = (f"[rlyard] {label} held-out greedy accuracy: {result['accuracy']:.1%} (mean reward {result['mean_reward']:.3f}) "
+               f"on {len(c.eval_tasks)} tasks ({time.perf_counter() - started:.0f} s)")
     (logger.write if logger else print)(message)
-    return result["accuracy"]
+    return {"eval/accuracy": result["accuracy"], "eval/mean_reward": result["mean_reward"]}
 
 
 class Run:
@@ -93,8 +96,9 @@ class Run:
     def __enter__(self) -> "Run":
         try:
             if self.c.eval_tasks and self.config.eval.at_start and self.base_accuracy is None:
-                self.base_accuracy = run_eval(self.c, self.config, self.logger, "base model")
-                self.logger.log(0, {"eval/accuracy": self.base_accuracy})
+                held_out = run_eval(self.c, self.config, self.logger, "base model")
+                self.base_accuracy = held_out["eval/accuracy"]
+                self.logger.log(0, held_out)
         except BaseException:
             self.logger.close()
             raise
@@ -107,7 +111,7 @@ class Run:
         config, c = self.config, self.c
         self.train_seconds += step_seconds
         if config.eval.every and step % config.eval.every == 0 and step < config.train.steps:
-            metrics["eval/accuracy"] = run_eval(c, config, self.logger, f"step {step}")
+            metrics |= run_eval(c, config, self.logger, f"step {step}")
         self.logger.log(step, metrics)
         rows = [trajectory_row(t, self.prompt_text(t)) for t in batch]
         self.store.append(step, [row | more for row, more in zip(rows, extra)] if extra else rows)
@@ -120,8 +124,9 @@ class Run:
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             if exc_type is None and self.c.eval_tasks and self.config.eval.at_end:
-                self.final_accuracy = run_eval(self.c, self.config, self.logger, "final model")
-                self.logger.log(self.config.train.steps, {"eval/accuracy": self.final_accuracy})
+                held_out = run_eval(self.c, self.config, self.logger, "final model")
+                self.final_accuracy = held_out["eval/accuracy"]
+                self.logger.log(self.config.train.steps, held_out)
         finally:
             self.logger.close()
         if exc_type is None and self.config.output.plot:
