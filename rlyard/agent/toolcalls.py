@@ -1,8 +1,10 @@
 """Parse tool calls out of a model reply, and tell the model how to make them.
 
-Two formats, chosen per environment:
+Three formats, chosen per environment (or for all of them by `agent.tool_format`):
 - "hermes": JSON `{"name": ..., "arguments": {...}}` inside `<tool_call>...</tool_call>` tags,
   several per reply (the Hermes / Qwen chat-template convention);
+- "llama3_json": bare JSON objects `{"name": ..., "parameters": {...}}`, optionally after
+  `<|python_tag|>` (the Llama 3.1 / 3.2 chat-template convention), several per reply;
 - "bash_block": fenced ```bash (or ```sh) blocks, each one a call of the `bash` tool
   (the minimal-agent convention; by default exactly one block per reply).
 
@@ -19,9 +21,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-FORMATS = ("hermes", "bash_block")
+FORMATS = ("hermes", "llama3_json", "bash_block")
 BASH_MULTI = ("error", "first", "all")
 HERMES_SHAPE = '<tool_call>\n{"name": "<tool name>", "arguments": {<argument name>: <value>, ...}}\n</tool_call>'
+LLAMA3_SHAPE = '{"name": "<tool name>", "parameters": {<argument name>: <value>, ...}}'
+PYTHON_TAG = "<|python_tag|>"
 BASH_SHAPE = "```bash\n<one shell command>\n```"
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 JSON_TYPES = {"object": dict, "string": str, "array": list, "boolean": bool, "null": type(None)}
@@ -75,6 +79,8 @@ def parse_tool_calls(reply: str, fmt: str, tools: list[dict | str] | None = None
     specs = None if tools is None else {t["name"]: t for t in map(normalize_tool, tools)}
     if fmt == "hermes":
         return _parse_hermes(reply, specs)
+    if fmt == "llama3_json":
+        return _parse_llama3(reply, specs)
     return _parse_bash(reply, bash_multi)
 
 
@@ -136,22 +142,25 @@ def _hermes_call(body: str, id_: str, label: str, specs: dict[str, dict] | None)
         return None, f"{label}: the JSON is nested too deeply. Expected:\n{HERMES_SHAPE}"
     if not isinstance(obj, dict):
         return None, f"{label}: expected a JSON object, got {_json_type(obj)}. Expected:\n{HERMES_SHAPE}"
+    return _checked_call(obj, obj.get("arguments", {}), "arguments", id_, label, specs, HERMES_SHAPE)
+
+
+def _checked_call(obj: dict, args: Any, key: str, id_: str, label: str, specs: dict[str, dict] | None, shape: str):
+    """(ToolCall, None) or (None, error sentence) for a decoded call object whose arguments are `args`."""
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         what = "is missing" if name is None else f"must be a non-empty string, got {_json_type(name)}"
-        return None, f'{label}: "name" {what}. Expected:\n{HERMES_SHAPE}'
+        return None, f'{label}: "name" {what}. Expected:\n{shape}'
     name = name.strip()
     label = f"{label} ({name})"
-    args = obj.get("arguments", {})
     if isinstance(args, str):  # some templates emit arguments as a JSON-encoded string
         try:
             args = json.loads(args) if args.strip() else {}
         except (json.JSONDecodeError, RecursionError) as e:
-            return None, (f'{label}: "arguments" is a string that is not valid JSON ({e}); '
-                          f"give an object instead. Expected:\n{HERMES_SHAPE}")
+            return None, (f'{label}: "{key}" is a string that is not valid JSON ({e}); '
+                          f"give an object instead. Expected:\n{shape}")
     if not isinstance(args, dict):
-        return None, (f'{label}: "arguments" must be a JSON object, got {_json_type(args)}. '
-                      f"Expected:\n{HERMES_SHAPE}")
+        return None, f'{label}: "{key}" must be a JSON object, got {_json_type(args)}. Expected:\n{shape}'
     if specs is not None:
         if name not in specs:
             return None, (f"{label}: unknown tool {name!r}. Available tools: "
@@ -162,6 +171,61 @@ def _hermes_call(body: str, id_: str, label: str, specs: dict[str, dict] | None)
             return None, (f"{label}: " + "; ".join(problems)
                           + f". Expected arguments: {_signature(schema)}")
     return ToolCall(name, args, id_), None
+
+
+# ---------------------------------------------------------------- llama3_json
+
+# A call starts like {"name": ... (Llama 3.2 sometimes writes {"type": "function", "name": ...}).
+_LLAMA3_START = re.compile(r'\{\s*"(?:name|type)"\s*:')
+
+
+def _is_llama3_call(obj: Any, specs: dict[str, dict] | None) -> bool:
+    """A JSON object the model meant as a call, not data it quotes (a package.json has a "name" too)."""
+    if not isinstance(obj, dict) or "name" not in obj:
+        return False
+    known = specs is not None and isinstance(obj["name"], str) and obj["name"].strip() in specs
+    return "parameters" in obj or "arguments" in obj or obj.get("type") == "function" or known
+
+
+def _parse_llama3(reply: str, specs: dict[str, dict] | None) -> ParseResult:
+    """Every JSON object in the reply that is a call, in order; a call that is not valid JSON ends
+    the parse (where it stops cannot be known), with an error that says what is wrong."""
+    text = reply.replace(PYTHON_TAG, "\n")
+    calls, errors, prose, pos, k = [], [], [], 0, 0
+    decoder = json.JSONDecoder()
+    while (match := _LLAMA3_START.search(text, pos)) is not None:
+        start, label = match.start(), f"tool call {k + 1}"
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as e:
+            near = text[max(start, e.pos - 20): e.pos + 20].replace("\n", " ")
+            ended = " (the reply ended inside the call: close every brace)" if e.pos >= len(text.rstrip()) else ""
+            errors.append(f"{label}: invalid JSON: {e.msg} (char {e.pos - start} of the call, near {near!r}){ended}. "
+                          f"Expected:\n{LLAMA3_SHAPE}")
+            prose.append(text[pos:start])
+            pos = len(text)
+            break
+        except RecursionError:
+            errors.append(f"{label}: the JSON is nested too deeply. Expected:\n{LLAMA3_SHAPE}")
+            prose.append(text[pos:start])
+            pos = len(text)
+            break
+        if not _is_llama3_call(obj, specs):
+            prose.append(text[pos:end])
+            pos = end
+            continue
+        prose.append(text[pos:start])
+        pos = end
+        key = "parameters" if "parameters" in obj else "arguments"
+        call, error = _checked_call(obj, obj.get(key, {}), key, f"call_{k}", label, specs, LLAMA3_SHAPE)
+        if call is not None:
+            calls.append(call)
+        else:
+            errors.append(error)
+        k += 1
+    prose.append(text[pos:])
+    joined = re.sub(r"```(?:json)?\s*```", "", "".join(prose))  # fences that held only a call
+    return ParseResult(calls, errors, joined.strip().strip(";").strip())
 
 
 # ---------------------------------------------------------------- JSON-schema subset
@@ -315,6 +379,12 @@ def render_tool_specs(tools: list[dict | str], fmt: str) -> str:
                 "For each function call, return a json object with function name and arguments "
                 "within <tool_call></tool_call> XML tags:\n"
                 '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    if fmt == "llama3_json":
+        # The wording of the Llama 3.1 / 3.2 chat templates (their system-prompt variant), spaces and all.
+        listed = "\n\n".join(json.dumps({"type": "function", "function": s}, indent=4, ensure_ascii=False) for s in specs)
+        return ("You have access to the following functions. To call a function, please respond with JSON for a "
+                'function call.Respond in the format {"name": function name, "parameters": dictionary of argument '
+                "name and its value}.Do not use variables.\n\n" + listed)
     if fmt == "bash_block":
         others = [s["name"] for s in specs if s["name"] != "bash"]
         if others:

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls
+from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
 from rlyard.envs.base import StepResult
 from rlyard.types import Task
 
@@ -22,9 +22,17 @@ class ToolEnv:
     command `submit <answer>` (bash_block's way), ends it with an answer ("submitted"); malformed
     calls are answered with a readable error and counted. With a `guard`, refused calls are
     answered "Permission denied" and do not run. Subclasses set format, toolbox and guard in reset.
+
+    `format` is the family's format unless the agent loop chose one for every family
+    (`agent.tool_format`, in task.metadata["tool_format"]): then reading `format` gives that one.
+    `tool_prompt(specs)` writes the tool instructions in that format, or leaves them to the chat
+    template (task.metadata["template_tools"]): they are then in `template_tools`, which the loop
+    gives the template.
     """
 
-    format: str = "hermes"
+    family_format: str = "hermes"  # what the family's task asks for (subclasses assign `format`)
+    agent_format: str | None = None  # agent.tool_format's choice for this episode, when it overrides the family's
+    template_tools: list[dict] | None = None  # tool specs the chat template renders this episode
     toolbox = None  # rlyard.agent.tools.ToolBox
     guard = None  # rlyard.agent.guard.Guard
     submitted: str | None = None
@@ -32,12 +40,28 @@ class ToolEnv:
     workspace = None  # a Path the episode owns; removed by close()
     task = None
 
+    @property
+    def format(self) -> str:
+        return self.agent_format or self.family_format
+
+    @format.setter
+    def format(self, value: str) -> None:
+        self.family_format = value
+
     def begin(self, task: Task, prefix: str) -> Path:
         """A new episode: the previous workspace removed, counters cleared, a fresh empty workspace."""
         self.close()
         self.task, self.submitted, self.malformed, self.calls = task, None, 0, 0
+        self.agent_format, self.template_tools = task.metadata.get("tool_format"), None
         self.workspace = Path(tempfile.mkdtemp(prefix=prefix))
         return self.workspace
+
+    def tool_prompt(self, specs: list[dict]) -> str:
+        """The tool instructions for the system prompt; "" when the chat template writes them."""
+        if self.agent_format is not None and self.task.metadata.get("template_tools"):
+            self.template_tools = specs
+            return ""
+        return render_tool_specs(specs, self.format)
 
     def close(self) -> None:
         if self.workspace is not None:

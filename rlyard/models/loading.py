@@ -66,12 +66,26 @@ def resolve_model_path(name_or_path: str) -> str:
     return str(embedded_model_dir()) if name_or_path == EMBEDDED else name_or_path
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, chat_template: str | None = None):
+    """The model's tokenizer, with its own chat template or `chat_template` (`model.chat_template`:
+    a .jinja / .txt file, a .json file with a "chat_template" key, or the template text itself)."""
     from transformers import AutoTokenizer
+
+    from rlyard.models.templates import read_chat_template
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if chat_template is not None:
+        tokenizer.chat_template = read_chat_template(chat_template)
+    if not tokenizer.chat_template:
+        raise ValueError(f"{name_or_path} has no chat template (a base model?): set model.chat_template to a Jinja "
+                         "chat template file, e.g. the one of the instruct model it comes from")
+    try:  # a template that does not compile or render fails here, not in the middle of a run
+        tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    except Exception as e:
+        where = "model.chat_template" if chat_template is not None else f"the chat template of {name_or_path}"
+        raise ValueError(f"{where} does not render a user message: {type(e).__name__}: {e}") from e
     return tokenizer
 
 

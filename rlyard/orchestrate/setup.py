@@ -58,7 +58,7 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     seed_everything(config.train.seed)
-    tokenizer = load_tokenizer(config.model.name)
+    tokenizer = load_tokenizer(config.model.name, config.model.chat_template)
     if model is None:
         model = policy_model(config.model, train if adapter is None else adapter)
     family = run_family(config)

@@ -52,6 +52,7 @@ class RlyardServer:
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
         self.stop_token_ids, self.max_tokens_default = tuple(stop_token_ids), max_tokens_default
         self.renderer = TemplateRenderer(tokenizer, self.stop_token_ids)
+        self.stop_token_ids = self.renderer.stop_token_ids  # with the template's end of message (Phi-3's <|end|>)
         self.end_of_turn = self.renderer.reply_stop_id()
         self.sessions: dict[str, Session] = {}
         self.record_dir = Path(record_dir) if record_dir is not None else None

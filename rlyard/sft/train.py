@@ -145,7 +145,7 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     seed_everything(s.seed)
-    tokenizer = load_tokenizer(config.model.name)
+    tokenizer = load_tokenizer(config.model.name, config.model.chat_template)
     renderer = TemplateRenderer(tokenizer, stop_tokens(tokenizer))
     data = prepare_data(config, renderer, renderer.reply_stop_id())
     train, held = data.train.examples, data.held_out.examples

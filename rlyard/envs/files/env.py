@@ -2,14 +2,13 @@
 
 Tool calls use the Hermes <tool_call> format (all tools), or with the task option
 `tool_format: bash_block` one fenced bash block per reply (the minimal-agent convention; the
-command `submit <answer>` submits). A reply without a tool call ends the episode (reason
-"no_tool_call"); submitting ends it with an answer; malformed calls are answered with a
-readable error and counted.
+command `submit <answer>` submits); `agent.tool_format` may choose another (llama3_json: all
+tools) and leave the tool instructions to the chat template. A reply without a tool call ends
+the episode (reason "no_tool_call"); submitting ends it with an answer; malformed calls are
+answered with a readable error and counted.
 """
 from __future__ import annotations
 
-
-from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
 from rlyard.envs.tool_env import ToolEnv
 from rlyard.envs.files.verify import verify
@@ -31,9 +30,10 @@ class FilesEnv(ToolEnv):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
         self.format = task.payload.get("tool_format", "hermes")
-        tools = TOOLS if self.format == "hermes" else ("bash",)
+        tools = TOOLS if self.format != "bash_block" else ("bash",)
         self.toolbox = ToolBox(Sandbox(self.workspace, LIMITS, self.isolation), tools)
-        system = "You are an agent working in a folder of files.\n\n" + render_tool_specs(self.toolbox.specs(), self.format)
+        instructions = self.tool_prompt(self.toolbox.specs())
+        system = "You are an agent working in a folder of files." + (f"\n\n{instructions}" if instructions else "")
         if self.format == "bash_block":
             system += "\n\nWhen you know the answer, send the command: submit <answer>"
         return [{"role": "system", "content": system}, *task.prompt]
@@ -42,7 +42,6 @@ class FilesEnv(ToolEnv):
         base = verify(self.submitted or "", self.task)
         return Reward(base.value, {**base.components, "submitted": float(self.submitted is not None),
                                    "malformed_calls": float(self.malformed), "tool_calls": float(self.calls)}, base.info)
-
 
 
 def make_env() -> FilesEnv:
