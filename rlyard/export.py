@@ -99,7 +99,7 @@ def export_run(given: Path, out: Path, adapter: bool = False, dtype: str | None 
                           "drop --adapter to export its weights")
     dtype = dtype or config.model.dtype
     model = trained_policy(config, checkpoint)
-    tokenizer = load_tokenizer(config.model.name)
+    tokenizer = load_tokenizer(config.model.name, config.model.chat_template)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{out.name}-", dir=out.parent))
     base = None

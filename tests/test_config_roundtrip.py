@@ -60,7 +60,10 @@ def test_algo_preset_round_trips(path, tmp_path):
 @pytest.mark.parametrize("family", BUILTIN_FAMILIES)
 def test_family_options_round_trip(family, tmp_path):
     """A family's full option set (its DEFAULTS: None, nested mappings, lists, templates) survives."""
-    config = build_config({"env": {"name": family, "options": family_defaults(family)}})
+    env = {"name": family, "options": family_defaults(family)}
+    if family == "dataset":  # graded only by env.reward; a list with weights round-trips too
+        env |= {"reward": ["rlyard.rewards:exact_match", "rlyard.rewards:boxed_format"], "reward_weights": [1.0, 0.5]}
+    config = build_config({"env": env})
     again = round_trip(config, tmp_path)
     assert again == config and again.env.options == family_defaults(family)
 

@@ -19,6 +19,7 @@ from rlyard.engines import HFEngine
 from rlyard.envs import Family, get_family
 from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights
+from rlyard.models.templates import end_of_message_id
 from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
 from rlyard.train import Learner, find_checkpoint
 from rlyard.types import Task
@@ -43,8 +44,9 @@ def seed_everything(seed: int) -> None:
 
 
 def stop_tokens(tokenizer) -> tuple[int, ...]:
-    """End of turn: eos plus the chat template's end-of-message token when it differs."""
-    ids = {tokenizer.eos_token_id}
+    """End of turn: eos plus the chat template's end-of-message token when it differs (read from
+    the template, e.g. Phi-3's `<|end|>`, and the usual names)."""
+    ids = {tokenizer.eos_token_id, end_of_message_id(tokenizer)}
     for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
         token_id = tokenizer.convert_tokens_to_ids(name)
         if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:

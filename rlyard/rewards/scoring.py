@@ -21,9 +21,6 @@ from rlyard.envs.base import Family
 from rlyard.rewards.loading import RewardFunction
 from rlyard.types import Reward, Task
 
-_warned: set[str] = set()
-
-
 def reward_inputs(tasks: list[Task], texts: list[str]) -> tuple[list, list, dict[str, list]]:
     """(prompts, completions, columns) in TRL's formats: a task whose data row had a string prompt
     ("standard") gets strings; chat prompts get message lists and `[{"role": "assistant", ...}]`."""
@@ -129,8 +126,9 @@ def _per_sample(function: RewardFunction, everything: dict[str, Any], size: int)
 
 
 def score_samples(functions: list[RewardFunction], tasks: list[Task], texts: list[str],
-                  completion_ids: list[list[int]]) -> list[Reward]:
-    """One Reward per sample: the weighted sum of the functions' values, or an infra failure."""
+                  completion_ids: list[list[int]], warned: set[str] | None = None) -> list[Reward]:
+    """One Reward per sample: the weighted sum of the functions' values, or an infra failure.
+    A failure is said on stderr once per distinct message in `warned` (one set per run)."""
     size = len(tasks)
     prompts, completions, columns = reward_inputs(tasks, texts)
     log = _Log(size)
@@ -151,10 +149,12 @@ def score_samples(functions: list[RewardFunction], tasks: list[Task], texts: lis
         for function, output in zip(concurrent, outputs):
             results[function.name] = (_per_sample(function, everything, size) if isinstance(output, _Raised) and size > 1
                                       else _checked(function, output, size))
-    return [_combine(functions, results, index, log) for index in range(size)]
+    warned = set() if warned is None else warned
+    return [_combine(functions, results, index, log, warned) for index in range(size)]
 
 
-def _combine(functions: list[RewardFunction], results: dict[str, tuple[list, list]], index: int, log: _Log) -> Reward:
+def _combine(functions: list[RewardFunction], results: dict[str, tuple[list, list]], index: int, log: _Log,
+             warned: set[str]) -> Reward:
     components, errors, total, graded = {}, [], 0.0, False
     for function in functions:
         values, function_errors = results[function.name]
@@ -167,7 +167,7 @@ def _combine(functions: list[RewardFunction], results: dict[str, tuple[list, lis
     info: dict[str, Any] = {**({"extra": log.extra[index]} if log.extra[index] else {}),
                             **({"metrics": log.metrics} if log.metrics else {})}
     if errors:
-        _warn_once(errors[0])
+        _warn_once(errors[0], warned)
         return Reward(0.0, components, {**info, "error": "\n".join(errors)}, infra_error=True)
     if not graded:
         return Reward(0.0, {}, {**info, "error": "every reward function returned None for this sample: nothing graded it"},
@@ -175,19 +175,21 @@ def _combine(functions: list[RewardFunction], results: dict[str, tuple[list, lis
     return Reward(total, components, info)
 
 
-def _warn_once(error: str) -> None:
+def _warn_once(error: str, warned: set[str]) -> None:
     """A broken reward function is said once on stderr (every sample it fails is flagged anyway)."""
     head = error.splitlines()[0]
-    if head not in _warned:
-        _warned.add(head)
+    if head not in warned:
+        warned.add(head)
         print(f"[rlyard] reward function failure (the samples are flagged infra_error, not scored 0): {error.strip()}",
               file=sys.stderr, flush=True)
 
 
 def with_rewards(family: Family, functions: list[RewardFunction]) -> Family:
     """The family with `functions` as its grader: the rollout scores each batch with one call each."""
+    warned: set[str] = set()
+
     def score_batch(tasks: list[Task], texts: list[str], completion_ids: list[list[int]]) -> list[Reward]:
-        return score_samples(functions, tasks, texts, completion_ids)
+        return score_samples(functions, tasks, texts, completion_ids, warned)
     names = " + ".join(f"{f.weight:g} x {f.name}" if f.weight != 1 else f.name for f in functions)
     return replace(family, score_batch=score_batch, description=f"{family.description} [rewards: {names}]".strip())
 

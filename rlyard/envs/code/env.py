@@ -14,7 +14,6 @@ import hashlib
 from pathlib import Path
 
 from rlyard.agent.guard import Guard
-from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.agent.tools import ToolBox
 from rlyard.envs.tool_env import ToolEnv
 from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
@@ -76,7 +75,7 @@ class CodeEnv(ToolEnv):
         new_files = [path for path, text in p["graded_files"].items() if text is not None and path in p["hidden_paths"]
                      and not (self.workspace / path).exists()]
         self.guard = Guard(new_files) if p["guard"] else None
-        system = SYSTEM + render_tool_specs(self.toolbox.specs(), self.format)
+        system = SYSTEM + self.tool_prompt(self.toolbox.specs())
         if self.format == "bash_block":
             system += "\n\nWhen the fix is complete, send the command: submit <summary>"
         listing = "\n".join(sorted(str(f.relative_to(self.workspace)) for f in self.workspace.rglob("*")
