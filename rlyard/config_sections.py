@@ -56,6 +56,10 @@ class RolloutConfig(Strict):
     quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (TIS on by default); see docs/benchmarks.md
     dtype: Literal["float32", "bfloat16", "float16"] | None = None  # the engine's weights (None: model.dtype); docs/configuration.md
     prefix_cache_mb: int = Field(2048, ge=0)  # keys / values kept between an episode's turns (0 = off); docs/agents.md
+    engine: Literal["hf", "openai"] = "hf"  # hf: rlyard's transformers engine in process; openai: an OpenAI-compatible server (docs/engines.md)
+    base_url: str | None = None  # engine=openai: the server's URL ending in /v1, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"  # engine=openai: the environment variable holding the server's key (unset: none sent)
+    coalesce: bool = False  # hf engine: merge the generate calls of concurrent episodes / rollout threads into one batch
 
 
 ALGO_PRESETS = ("grpo", "dr_grpo", "dapo", "ppo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "remax", "gspo", "cispo")
