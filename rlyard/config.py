@@ -100,11 +100,13 @@ class RunConfig(Strict):
 def training_algo(config: RunConfig) -> AlgoConfig:
     """The learner's `algo` section with the defaults that depend on other sections resolved, as a
     copy (the config itself stays as written, so a saved run reads back the same): rollouts on int8
-    kernels or on weights of another dtype than the learner's (`rollout.dtype`) are slightly
-    off-policy by construction, so without a correction named they get TIS at 2."""
+    kernels, on weights of another dtype than the learner's (`rollout.dtype`) or from an external
+    server (`rollout.engine=openai`: its own kernels and dtype) are slightly off-policy by
+    construction, so without a correction named they get TIS at 2."""
     algo = config.algo
     other_dtype = (config.rollout.dtype or config.model.dtype) != config.model.dtype
-    if (config.rollout.quantize == "int8" or other_dtype) and algo.tis_cap is None and not algo.decoupled:
+    off_policy = config.rollout.quantize == "int8" or other_dtype or config.rollout.engine == "openai"
+    if off_policy and algo.tis_cap is None and not algo.decoupled:
         return algo.model_copy(update={"tis_cap": INT8_DEFAULT_TIS_CAP})
     return algo
 

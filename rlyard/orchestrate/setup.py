@@ -6,6 +6,7 @@ run (`rlyard sft` or `rlyard train`) on top of that run's own starting policy (`
 from __future__ import annotations
 
 import copy
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ import torch
 
 from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, training_algo
 from rlyard.data import TaskStream
-from rlyard.engines import HFEngine
+from rlyard.engines import Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
 from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights
@@ -29,7 +30,7 @@ from rlyard.types import Task
 class Components:
     tokenizer: object
     model: object
-    engine: HFEngine
+    engine: Engine
     learner: Learner | None
     family: Family
     stream: TaskStream | None
@@ -72,8 +73,11 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast],
                       total_steps=config.train.steps) if train else None
-    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
-                      prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
+    if config.rollout.engine == "openai":
+        engine = openai_engine(config, model, tokenizer, train)
+    else:
+        engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
+                          prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
 
 
@@ -180,12 +184,36 @@ def engine_model_for(model, config: RunConfig):
     return engine_model.to(dtype).eval()
 
 
+def openai_engine(config: RunConfig, model, tokenizer, train: bool) -> OpenAIEngine:
+    """The engine over the server at `rollout.base_url`, checked on the spot (docs/engines.md).
+    It gets the learner's model itself: the LoRA adapter it sends the server comes from it."""
+    rollout = config.rollout
+    if rollout.base_url is None:
+        raise ConfigError("rollout.base_url: rollout.engine=openai needs the server's URL, e.g. "
+                          "rollout.base_url=http://127.0.0.1:8000/v1")
+    for name, value, default in (("quantize", rollout.quantize, "none"), ("dtype", rollout.dtype, None)):
+        if value != default:
+            raise ConfigError(f"rollout.{name}={value} sets the hf engine's weights; with rollout.engine=openai the "
+                              "server picks its own (e.g. vllm serve --dtype)")
+    if train and not is_peft(model):
+        raise ConfigError("rollout.engine=openai trains LoRA adapters only: full fine-tuning cannot push its weights to "
+                          "an external server yet; set model.lora.enabled=true or rollout.engine=hf")
+    probe = tokenizer("Hello, how are you?", add_special_tokens=False).input_ids
+    try:
+        return OpenAIEngine(rollout.base_url, model, os.environ.get(rollout.api_key_env) or None,
+                            served_name=config.model.name, probe_prompt=probe)
+    except ServerError as error:
+        raise ConfigError(str(error)) from None
+
+
 def push_weights(c: "Components", version: int) -> None:
-    """Give the engine the learner's current policy as `version` (nothing to copy when they share a model)."""
-    if is_peft(c.model):
-        weights = merged_weights(c.model)
-    elif getattr(c.engine, "model", None) is c.model:
+    """Give the engine the learner's current policy as `version`: nothing to copy when it samples
+    from the learner's model itself (full fine-tuning in sync mode; the openai engine, which sends
+    that model's adapter to its server), else merged LoRA weights or every weight."""
+    if getattr(c.engine, "model", None) is c.model:
         weights = None
+    elif is_peft(c.model):
+        weights = merged_weights(c.model)
     else:
         weights = {name: param.detach() for name, param in c.model.named_parameters()}
     c.engine.update_weights(version, weights)

@@ -1,6 +1,8 @@
 """The HTTP routes of `rlyard serve` (Starlette), streaming, and abandoned requests.
 
-Every /v1/... route also exists under /sessions/<id>/v1/..., where the calls are recorded.
+Every /v1/... route also exists under /sessions/<id>/v1/..., where the calls are recorded
+(but vLLM's runtime LoRA calls, /v1/load_lora_adapter and /v1/unload_lora_adapter: an adapter
+belongs to the server, not to a session).
 A client that goes away stops its generation: a stream is cancelled by Starlette when the
 client disconnects, and a plain request waits for either its reply or the disconnect; either
 way the job's rows leave the engine's batch at the next decode step (or the job never starts),
@@ -17,12 +19,13 @@ import time
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rlyard.serve.schema import ApiError, ChatRequest, CompletionRequest, parse
+from rlyard.serve.schema import ApiError, ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, parse
 from rlyard.serve.server import Pending, RlyardServer
 from rlyard.serve.sessions import Session
 
@@ -59,6 +62,17 @@ def build_app(server: RlyardServer) -> Starlette:
         pending = server.start_completion(body, session_of(request), asyncio.get_running_loop())
         return await respond(server, pending, request)
 
+    async def load_adapter(request: Request) -> Response:
+        """vLLM's runtime LoRA call; its answer is plain text too. Reading the folder is blocking work."""
+        body = parse(LoadAdapter, await request.body())
+        await run_in_threadpool(server.adapters.load, body.lora_name, body.lora_path, body.load_inplace)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    async def unload_adapter(request: Request) -> Response:
+        body = parse(UnloadAdapter, await request.body())
+        server.adapters.unload(body.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
     async def sessions(request: Request) -> Response:
         return JSONResponse({"sessions": sorted(i for i, s in server.sessions.items() if s.segments)})
 
@@ -74,7 +88,9 @@ def build_app(server: RlyardServer) -> Starlette:
         routes += [Route(f"{prefix}/v1/models", models, methods=["GET"]),
                    Route(f"{prefix}/v1/chat/completions", chat, methods=["POST"]),
                    Route(f"{prefix}/v1/completions", completions, methods=["POST"])]
-    routes += [Route("/sessions", sessions, methods=["GET"]),
+    routes += [Route("/v1/load_lora_adapter", load_adapter, methods=["POST"]),
+               Route("/v1/unload_lora_adapter", unload_adapter, methods=["POST"]),
+               Route("/sessions", sessions, methods=["GET"]),
                Route("/sessions/{session_id}/trajectories", trajectories, methods=["GET"]),
                Route("/sessions/{session_id}/messages", messages, methods=["GET"])]
     handlers = {ApiError: api_error, HTTPException: http_error, Exception: server_error}

@@ -1,8 +1,9 @@
 """Batching requests into engine calls, and following each sampled row token by token.
 
 One engine call runs at a time, in the scheduler's thread (torch blocks; the event loop must
-not). When the engine is free, the requests waiting with the same sampling parameters as the
-oldest one go into one `engine.generate` call: concurrent clients share the decode steps.
+not). When the engine is free, the requests waiting with the same sampling parameters and model
+(the served one or a LoRA adapter) as the oldest one go into one `engine.generate` call:
+concurrent clients share the decode steps.
 
 Each sampled sequence is a `Row`. Through the engine's `on_step` hook a row sees its tokens as
 they are sampled: it decodes its text, ends itself at a stop string (which may span tokens or
@@ -93,6 +94,7 @@ class Job:
     cancelled: bool = False  # the client went away: drop the rows at the next step
     policy_version: int | None = None  # of the engine call (its weights do not change during one)
     answered: bool = False  # "done" was posted: a job answers once its rows are done, not when its batch is
+    model: str = ""  # the served model or a loaded LoRA adapter: a batch samples from one
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -137,8 +139,9 @@ def accepts_hook(engine) -> bool:
 
 
 class Scheduler:
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, engine, select=None):
+        """`select(model)` (optional) gives the engine that model's weights before a batch for it runs."""
+        self.engine, self.select = engine, select
         self.streams = accepts_hook(engine)
         self.waiting: list[Job] = []
         self.calls = 0  # engine calls made (for logs and tests)
@@ -158,8 +161,8 @@ class Scheduler:
         with self.condition:
             while not self.waiting:
                 self.condition.wait()
-            key = _batch_key(self.waiting[0].params)
-            batch = [job for job in self.waiting if _batch_key(job.params) == key and not job.cancelled]
+            key = _batch_key(self.waiting[0])
+            batch = [job for job in self.waiting if _batch_key(job) == key and not job.cancelled]
             dropped = [job for job in self.waiting if job.cancelled]
             self.waiting = [job for job in self.waiting if job not in batch and not job.cancelled]
         for job in dropped:
@@ -184,6 +187,8 @@ class Scheduler:
         for job in batch:
             job.policy_version = getattr(self.engine, "policy_version", -1)
         try:
+            if self.select is not None:
+                self.select(batch[0].model)
             self.calls += 1
             results = self.engine.generate([job.prompt for job, _ in owners], params, n=1, **kwargs)
             for (job, choice), [completion] in zip(owners, results):
@@ -197,5 +202,5 @@ class Scheduler:
             job.done()
 
 
-def _batch_key(params: SamplingParams) -> SamplingParams:
-    return replace(params, cache_prefix=False)
+def _batch_key(job: Job) -> tuple[SamplingParams, str]:
+    return replace(job.params, cache_prefix=False), job.model

@@ -29,6 +29,9 @@ class ApiError(Exception):
 class Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
+    def refuse_unsupported(self) -> None:
+        """What validation alone cannot say (a request model overrides it)."""
+
 
 class StreamOptions(Strict):
     include_usage: bool = False
@@ -102,6 +105,7 @@ class Sampling(Strict):
     frequency_penalty: float | None = None
     logit_bias: dict[str, Any] | None = None
     user: str | None = None  # labels the caller for OpenAI's abuse tracking; nothing to do here
+    stop_token_ids: list[int] | None = None  # vLLM's: end the reply after any of these (besides the server's own)
 
     @field_validator("stop")
     @classmethod
@@ -121,6 +125,19 @@ class Sampling(Strict):
             raise unsupported("logit_bias", "the engine samples from the policy's own distribution (that is what trains)")
         if self.stream_options is not None and not self.stream:
             raise ApiError(400, "'stream_options' is only allowed when 'stream' is true", "stream_options")
+
+
+class LoadAdapter(Strict):
+    """vLLM's `/v1/load_lora_adapter` body."""
+
+    lora_name: str = Field(min_length=1, max_length=256)
+    lora_path: str = Field(min_length=1)
+    load_inplace: bool = False
+
+
+class UnloadAdapter(Strict):
+    model_config = ConfigDict(strict=True, extra="ignore")  # vLLM's also carries an unused lora_int_id
+    lora_name: str = Field(min_length=1)
 
 
 class ChatRequest(Sampling):
@@ -158,6 +175,9 @@ class CompletionRequest(Sampling):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
+    # vLLM's: a trainer must get the sampled ids exactly, never by re-tokenizing the text
+    return_tokens_as_token_ids: bool = False  # logprobs.tokens as "token_id:<id>"
+    return_token_ids: bool = False  # each choice's `token_ids` (and `prompt_token_ids`)
 
     @field_validator("prompt")
     @classmethod

@@ -23,6 +23,7 @@ from typing import Any
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
 from rlyard.observe.store import write_atomic
+from rlyard.serve.adapters import Adapters
 from rlyard.serve.scheduler import HOLD_MARKER, Job, Row, Scheduler
 from rlyard.serve.schema import ApiError, ChatRequest, CompletionRequest
 from rlyard.serve.sessions import Plan, Session, with_system
@@ -59,7 +60,8 @@ class RlyardServer:
         self.context_window = context_window or model_context_window(engine)
         if self.context_window is None:
             raise ValueError("the engine's model has no max_position_embeddings: pass context_window")
-        self.scheduler = Scheduler(engine)
+        self.adapters = Adapters(engine, model_name)  # POST /v1/load_lora_adapter; requests name them as `model`
+        self.scheduler = Scheduler(engine, self.adapters.activate)
 
     def record(self, session: Session) -> None:
         """Write the session's conversations to <record_dir>/<id>.json (temp file + rename: a
@@ -73,11 +75,12 @@ class RlyardServer:
         return self.sessions.setdefault(session_id, Session(session_id))
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "rlyard"}]}
+        served = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "rlyard"}
+        return {"object": "list", "data": [served, *self.adapters.models()]}
 
     # ------------------------------------------------------------------ starting a request
     def check_model(self, request: ChatRequest | CompletionRequest) -> None:
-        if request.model != self.model_name:
+        if request.model != self.model_name and request.model not in self.adapters.names():
             raise ApiError(404, f"The model '{request.model}' does not exist (this server serves '{self.model_name}')",
                            "model", "model_not_found")
 
@@ -86,6 +89,9 @@ class RlyardServer:
         if room < 1:
             raise ApiError(400, f"the prompt has {prompt_length} tokens; the context window is {self.context_window} "
                                 "tokens, with at least one for the reply", prompt_field, "context_length_exceeded")
+        extra_stops = tuple(request.stop_token_ids or ())
+        if any(not 0 <= t < len(self.tokenizer) for t in extra_stops):
+            raise ApiError(400, f"'stop_token_ids' must be ids of the vocabulary ({len(self.tokenizer)} tokens)", "stop_token_ids")
         asked = getattr(request, "max_completion_tokens", None) or request.max_tokens
         if asked is not None and asked > room:
             name = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
@@ -94,11 +100,11 @@ class RlyardServer:
         return SamplingParams(temperature=1.0 if request.temperature is None else request.temperature,
                               top_p=1.0 if request.top_p is None else request.top_p, top_k=request.top_k or 0,
                               max_new_tokens=asked or min(self.max_tokens_default, room),
-                              stop_token_ids=self.stop_token_ids, seed=request.seed)
+                              stop_token_ids=tuple(sorted(set(self.stop_token_ids + extra_stops))), seed=request.seed)
 
     def _job(self, loop, prompt: list[int], request, params: SamplingParams, hold: str = "") -> Job:
-        rows = [Row(self.tokenizer, request.stop, self.stop_token_ids, params.max_new_tokens, hold) for _ in range(request.n)]
-        return Job(prompt, params, rows, loop)
+        rows = [Row(self.tokenizer, request.stop, params.stop_token_ids, params.max_new_tokens, hold) for _ in range(request.n)]
+        return Job(prompt, params, rows, loop, model=request.model)
 
     def start_chat(self, request: ChatRequest, session: Session | None, loop) -> Pending:
         self.check_model(request)
@@ -156,7 +162,7 @@ class RlyardServer:
         used = sum(len(row.tokens) for row in pending.job.rows)
         prompt = len(pending.job.prompt)
         return {"id": self._id(pending), "object": "chat.completion" if pending.kind == "chat" else "text_completion",
-                "created": pending.created, "model": self.model_name, "choices": choices,
+                "created": pending.created, "model": pending.request.model, "choices": choices,
                 "usage": {"prompt_tokens": prompt, "completion_tokens": used, "total_tokens": prompt + used}}
 
     def _id(self, pending: Pending) -> str:
@@ -178,9 +184,18 @@ class RlyardServer:
     def _text_choice(self, pending: Pending, index: int, row: Row) -> dict[str, Any]:
         logprobs = None
         if pending.request.logprobs is not None:
-            logprobs = {"tokens": [self.tokenizer.decode([t]) for t in row.tokens], "token_logprobs": list(row.logprobs),
-                        "top_logprobs": None}
-        return {"index": index, "text": pending.echo + row.text, "finish_reason": row.finish, "logprobs": logprobs}
+            logprobs = {"tokens": self._text_tokens(pending, row.tokens), "token_logprobs": list(row.logprobs), "top_logprobs": None}
+        choice = {"index": index, "text": pending.echo + row.text, "finish_reason": row.finish, "logprobs": logprobs}
+        if pending.request.return_token_ids:
+            choice |= {"token_ids": list(row.tokens), "prompt_token_ids": list(pending.job.prompt)}
+        return choice
+
+    def _text_tokens(self, pending: Pending, tokens: list[int]) -> list[str]:
+        """Completions' logprob tokens: their text, or with `return_tokens_as_token_ids` vLLM's
+        "token_id:<id>" (a token's text need not decode alone, nor map back to one id)."""
+        if pending.request.return_tokens_as_token_ids:
+            return [f"token_id:{t}" for t in tokens]
+        return [self.tokenizer.decode([t]) for t in tokens]
 
     def _token_logprobs(self, tokens: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
         texts = [self.tokenizer.decode([t]) for t in tokens]
@@ -189,7 +204,7 @@ class RlyardServer:
     # ------------------------------------------------------------------ streaming
     def _chunk(self, pending: Pending, choice: dict[str, Any]) -> dict[str, Any]:
         kind = "chat.completion.chunk" if pending.kind == "chat" else "text_completion"
-        return {"id": self._id(pending), "object": kind, "created": pending.created, "model": self.model_name, "choices": [choice]}
+        return {"id": self._id(pending), "object": kind, "created": pending.created, "model": pending.request.model, "choices": [choice]}
 
     def opening_chunks(self, pending: Pending) -> list[dict[str, Any]]:
         if pending.kind == "chat":
@@ -201,13 +216,14 @@ class RlyardServer:
     def token_chunk(self, pending: Pending, choice: int, delta: str, token: int, logprob: float) -> dict[str, Any] | None:
         """The chunk for one sampled token: its new text and, when asked, its logprob."""
         wants_logprobs = bool(pending.request.logprobs) or (pending.kind == "completion" and pending.request.logprobs is not None)
-        if not delta and not wants_logprobs:
+        if not delta and not wants_logprobs and not (pending.kind == "completion" and pending.request.return_token_ids):
             return None
         if pending.kind == "chat":
             logprobs = {"content": self._token_logprobs([token], [logprob])} if wants_logprobs else None
             return self._chunk(pending, {"index": choice, "delta": {"content": delta}, "logprobs": logprobs, "finish_reason": None})
-        logprobs = {"tokens": [self.tokenizer.decode([token])], "token_logprobs": [logprob], "top_logprobs": None} if wants_logprobs else None
-        return self._chunk(pending, {"index": choice, "text": delta, "logprobs": logprobs, "finish_reason": None})
+        logprobs = {"tokens": self._text_tokens(pending, [token]), "token_logprobs": [logprob], "top_logprobs": None} if wants_logprobs else None
+        ids = {"token_ids": [token]} if pending.request.return_token_ids else {}
+        return self._chunk(pending, {"index": choice, "text": delta, "logprobs": logprobs, "finish_reason": None, **ids})
 
     def closing_chunks(self, pending: Pending) -> list[dict[str, Any]]:
         """What is left of each choice (held-back text, tool calls), its finish reason, and the usage."""
