@@ -16,7 +16,7 @@ import torch
 
 from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, training_algo
 from rlyard.data import TaskStream
-from rlyard.engines import Engine, HFEngine, OpenAIEngine, ServerError
+from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
 from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights
@@ -78,6 +78,7 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     else:
         engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                           prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
+    engine = CoalescingEngine(engine) if config.rollout.coalesce else engine  # concurrent episodes share batches
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
 
 
