@@ -162,6 +162,7 @@ def main() -> None:
             "setup": {"family": "files", "config": "configs/files.yaml", "model": config.model.name, "workers": args.workers,
                       "episodes_per_group": args.n, "concurrent_episodes": args.workers * args.n, "groups_per_worker": args.groups,
                       "window_s": args.window, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"),
                       "max_turns": config.agent.max_turns, "max_tokens_per_turn": config.agent.max_tokens_per_turn,
                       "temperature": config.rollout.temperature, "overrides": args.set},
             "load_average_before": load_before, "load_average_after": load_after,

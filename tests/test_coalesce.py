@@ -235,3 +235,26 @@ def test_async_training_with_coalesce_merges_calls_and_trains(tmp_path, tiny_mod
     assert engine.policy_version == 3  # every update went through the wrapper
     assert engine.merged > engine.batches  # some calls of different workers shared a batch
     assert not [t for t in threading.enumerate() if t.name.startswith("rlyard-rollout")]
+
+
+def test_rlyard_serve_over_the_wrapped_engine_answers_as_over_the_engine(sharp_model, tokenizer):
+    """The server's scheduler reads the engine's model and streams through its on_step hook."""
+    openai = pytest.importorskip("openai")
+    from rlyard.serve import RlyardServer, serve
+
+    replies = []
+    for engine in (HFEngine(sharp_model, tokenizer.pad_token_id), CoalescingEngine(HFEngine(sharp_model, tokenizer.pad_token_id))):
+        httpd = serve(RlyardServer(engine, tokenizer, "tiny", (2,), max_tokens_default=8), "127.0.0.1", 0)
+        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        thread.start()
+        try:
+            api = openai.OpenAI(base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="unused", max_retries=0, timeout=60)
+            plain = api.completions.create(model="tiny", prompt="Hello", max_tokens=6, temperature=0.0, logprobs=0)
+            chunks = list(api.completions.create(model="tiny", prompt="Hello", max_tokens=6, temperature=0.0, stream=True))
+            replies.append((plain.choices[0].text, plain.choices[0].logprobs.token_logprobs, "".join(c.choices[0].text for c in chunks)))
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+    (text, logprobs, streamed), (text2, logprobs2, streamed2) = replies
+    assert text == text2 == streamed == streamed2 and text
+    torch.testing.assert_close(torch.tensor(logprobs), torch.tensor(logprobs2), atol=TOL, rtol=0)

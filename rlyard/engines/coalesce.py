@@ -36,6 +36,7 @@ its own caller before it is queued.
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -45,8 +46,6 @@ from rlyard.types import Completion, SamplingParams
 
 
 def accepts_hook(engine) -> bool:
-    import inspect
-
     try:
         return "on_step" in inspect.signature(engine.generate).parameters
     except (TypeError, ValueError):
