@@ -214,7 +214,8 @@ def test_bad_input_fails_its_caller_and_engine_errors_reach_the_batch(sharp_mode
     assert len(errors) == 2
 
 
-def test_async_training_with_coalesce_merges_calls_and_trains(tmp_path, tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_training_with_coalesce_trains_and_async_merges_calls(tmp_path, tiny_model_dir, monkeypatch, mode):
     made: list[CoalescingEngine] = []
 
     class Recorded(CoalescingEngine):
@@ -226,14 +227,17 @@ def test_async_training_with_coalesce_merges_calls_and_trains(tmp_path, tiny_mod
     config = load_config(None, [
         f"model.name={tiny_model_dir}", "env.name=toy", "env.train_size=8", "rollout.prompts_per_step=2", "rollout.n=4",
         "rollout.max_new_tokens=6", "eval.size=0", "output.progress=false", "output.plot=false", f"output.run_dir={tmp_path}",
-        "model.lora.enabled=false", "algo.lr=1e-2", "orchestrate.mode=async", "orchestrate.workers=3", "train.steps=3",
+        "model.lora.enabled=false", "algo.lr=1e-2", f"orchestrate.mode={mode}", "orchestrate.workers=3", "train.steps=3",
         "rollout.coalesce=true",
     ])
     result = train(config, tmp_path)
     assert result.steps == 3
     [engine] = made
     assert engine.policy_version == 3  # every update went through the wrapper
-    assert engine.merged > engine.batches  # some calls of different workers shared a batch
+    if mode == "async":
+        assert engine.merged > engine.batches  # some calls of different workers shared a batch
+    else:
+        assert engine.merged == engine.batches  # one thread: every call alone, as the bare engine
     assert not [t for t in threading.enumerate() if t.name.startswith("rlyard-rollout")]
 
 
