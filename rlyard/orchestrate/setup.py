@@ -78,7 +78,8 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     else:
         engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                           prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
-    engine = CoalescingEngine(engine) if config.rollout.coalesce else engine  # concurrent episodes share batches
+    if config.rollout.coalesce and config.rollout.engine == "hf":  # a server batches its own requests
+        engine = CoalescingEngine(engine)  # concurrent episodes share batches
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
 
 
