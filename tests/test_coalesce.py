@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -155,35 +156,35 @@ def test_each_caller_hook_sees_its_own_rows(sharp_model, tokenizer, prompts):
 
 
 def test_weight_updates_never_land_inside_a_merged_batch(sharp_model, tokenizer, prompts):
+    """An update that arrives while a merged batch is inside the engine waits for it: that batch is
+    all the old version, every later one the new (checked against a plain engine at each version)."""
     engine = HFEngine(copy.deepcopy(sharp_model), tokenizer.pad_token_id)
     base = {k: v.clone() for k, v in sharp_model.state_dict().items()}
     torch.manual_seed(1)
     other = {k: v + 0.05 * torch.randn_like(v) for k, v in base.items()}
-    weights = [base, other]  # version v samples from weights[v % 2]
+    weights = [base, other]  # version v samples from weights[v]
+    inside, real_generate = threading.Event(), engine.generate
+
+    def slow_generate(*args, **kwargs):
+        inside.set()
+        time.sleep(0.2)  # the update below arrives now, in the middle of this batch
+        return real_generate(*args, **kwargs)
+
+    engine.generate = slow_generate
     coalescing = CoalescingEngine(engine, window_s=0.01)
     params = SamplingParams(temperature=0.0, max_new_tokens=6)
-    stop = threading.Event()
-
-    def updater():
-        version = 0
-        while not stop.is_set():
-            version += 1
-            coalescing.update_weights(version, weights[version % 2])
-
-    thread = threading.Thread(target=updater)
-    thread.start()
-    try:
-        got = in_threads(lambda i: [(i, coalescing.generate([prompts[i]], params)[0][0]) for _ in range(4)], 4)
-    finally:
-        stop.set()
-        thread.join()
+    updater = threading.Thread(target=lambda: (inside.wait(30), coalescing.update_weights(1, other)))
+    updater.start()
+    got = in_threads(lambda i: [(i, coalescing.generate([prompts[i]], params)[0][0]) for _ in range(2)], 4)
+    updater.join()
+    got += in_threads(lambda i: [(i, coalescing.generate([prompts[i]], params)[0][0])], 4)  # after the update: version 1
     reference = HFEngine(copy.deepcopy(sharp_model), tokenizer.pad_token_id)
     versions = set()
     for i, completion in (pair for pairs in got for pair in pairs):
         versions.add(completion.policy_version)
-        reference.update_weights(completion.policy_version, weights[completion.policy_version % 2])
+        reference.update_weights(completion.policy_version, weights[completion.policy_version])
         assert_same([[completion]], reference.generate([prompts[i]], params))
-    assert len({v % 2 for v in versions}) == 2  # both weight sets sampled something
+    assert versions == {0, 1}
 
 
 class Broken:
