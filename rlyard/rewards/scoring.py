@@ -21,6 +21,7 @@ from rlyard.envs.base import Family
 from rlyard.rewards.loading import RewardFunction
 from rlyard.types import Reward, Task
 
+
 def reward_inputs(tasks: list[Task], texts: list[str]) -> tuple[list, list, dict[str, list]]:
     """(prompts, completions, columns) in TRL's formats: a task whose data row had a string prompt
     ("standard") gets strings; chat prompts get message lists and `[{"role": "assistant", ...}]`."""
@@ -58,9 +59,7 @@ def _arguments(function: RewardFunction, everything: dict[str, Any]) -> dict[str
 
 def _call(function: RewardFunction, everything: dict[str, Any]) -> Any:
     result = function.fn(**_arguments(function, everything))
-    if function.is_async or asyncio.iscoroutine(result):
-        result = asyncio.run(result) if asyncio.iscoroutine(result) else result
-    return result
+    return asyncio.run(result) if asyncio.iscoroutine(result) else result
 
 
 async def _call_async_all(functions: list[RewardFunction], everything: dict[str, Any]) -> list:
@@ -134,21 +133,17 @@ def score_samples(functions: list[RewardFunction], tasks: list[Task], texts: lis
     log = _Log(size)
     everything = {**columns, "prompts": prompts, "completions": completions, "completion_ids": completion_ids,
                   "log_extra": log.log_extra, "log_metric": log.log_metric}
-    results: dict[str, tuple[list, list]] = {}
-    sync = [f for f in functions if not f.is_async]
-    for function in sync:
+    outputs: dict[str, Any] = {}
+    for function in (f for f in functions if not f.is_async):
         try:
-            output = _call(function, everything)
+            outputs[function.name] = _call(function, everything)
         except Exception as error:
-            output = _Raised(error)
-        raised_in_batch = isinstance(output, _Raised) and size > 1
-        results[function.name] = _per_sample(function, everything, size) if raised_in_batch else _checked(function, output, size)
+            outputs[function.name] = _Raised(error)
     concurrent = [f for f in functions if f.is_async]
     if concurrent:
-        outputs = asyncio.run(_call_async_all(concurrent, everything))
-        for function, output in zip(concurrent, outputs):
-            results[function.name] = (_per_sample(function, everything, size) if isinstance(output, _Raised) and size > 1
-                                      else _checked(function, output, size))
+        outputs.update(zip((f.name for f in concurrent), asyncio.run(_call_async_all(concurrent, everything))))
+    results = {f.name: _per_sample(f, everything, size) if isinstance(outputs[f.name], _Raised) and size > 1
+               else _checked(f, outputs[f.name], size) for f in functions}
     warned = set() if warned is None else warned
     return [_combine(functions, results, index, log, warned) for index in range(size)]
 
