@@ -110,7 +110,7 @@ def policy_model(model_config: ModelConfig, adapter: bool = True):
     needs no `enable_input_require_grads` for LoRA (the frozen embeddings' output need not require
     grad, unlike the reentrant kind). It acts only in train mode with gradients on, so the engine
     (eval mode, no grad) keeps its KV cache when it shares this model; the learner's prompt-sharing
-    cache does not survive it (`rlyard.train.learner.unshared_logprobs`).
+    cache does not survive it (`rlyard.train.logprobs.unshared_continuation_logprobs`).
     """
     model = initial_model(model_config)
     if adapter and model_config.lora.enabled:

@@ -29,7 +29,7 @@ from rlyard.algos.value import value_loss
 from rlyard.models.loading import autocast
 from rlyard.models.lora import reference_mode
 from rlyard.train.critic import Critic
-from rlyard.train.logprobs import GroupLogprobs, backbone_and_head, continuation_logprobs
+from rlyard.train.logprobs import backbone_and_head, continuation_logprobs, unshared_continuation_logprobs
 from rlyard.train.schedule import lr_at
 from rlyard.types import Trajectory
 
@@ -95,36 +95,6 @@ def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) ->
 def is_checkpointing(model) -> bool:
     """Whether a forward with gradients recomputes its layers in backward (`model.gradient_checkpointing`)."""
     return model.training and torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
-
-
-def unshared_logprobs(model, micro: MicroBatch, temperature: float, with_entropy: bool, with_hidden: bool) -> GroupLogprobs:
-    """`continuation_logprobs` without the shared prompt's KV cache, for a checkpointed model.
-
-    A checkpointed layer drops its cache (transformers sets cache=None: the backward's replay
-    would write it twice), so continuations could not attend to a prompt that ran once. Each row
-    is prompt + continuation in one right-padded forward instead: the prompt's compute is paid
-    per continuation, the price of keeping only each layer's input for the backward.
-    """
-    body, head = backbone_and_head(model)
-    device, start = head.weight.device, len(micro.prefix) - 1
-    ids = torch.zeros((len(micro.continuations), start + max(len(c) for c in micro.continuations)), dtype=torch.long)
-    for row, tokens in enumerate(micro.continuations):
-        ids[row, : start + len(tokens)] = torch.tensor((micro.prefix + tokens)[:-1])  # the last token predicts nothing
-    hidden = body(input_ids=ids.to(device), use_cache=False).last_hidden_state[:, start:]  # column c predicts token c
-    rows, cols, targets, temperatures = [], [], [], []
-    for row, (tokens, mask) in enumerate(zip(micro.continuations, micro.masks)):
-        own = micro.temperatures[row] if micro.temperatures else None
-        for col, (token, keep) in enumerate(zip(tokens, mask)):
-            if keep:
-                rows.append(row), cols.append(col), targets.append(token)
-                temperatures.append(own[col] if own is not None else temperature)
-    selected = hidden[torch.tensor(rows), torch.tensor(cols)]
-    log_probs = torch.log_softmax(head(selected).float() / torch.tensor(temperatures, device=device)[:, None], dim=-1)
-    token_logprobs = log_probs.gather(-1, torch.tensor(targets, device=device)[:, None]).squeeze(-1)
-    token_entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else torch.zeros_like(token_logprobs)
-    counts = [sum(mask) for mask in micro.masks]
-    return GroupLogprobs(list(token_logprobs.split(counts)), list(token_entropy.split(counts)),
-                         list(selected.split(counts)) if with_hidden else None)
 
 
 class Learner:
@@ -245,10 +215,9 @@ class Learner:
 
     def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
         with autocast(self.autocast_dtype, next(self.model.parameters()).device):
-            if is_checkpointing(self.model):
-                return unshared_logprobs(self.model, micro, self.temperature, with_entropy, with_hidden)
-            return continuation_logprobs(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
-                                         with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures)
+            forward = unshared_continuation_logprobs if is_checkpointing(self.model) else continuation_logprobs
+            return forward(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
+                           with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures)
 
     def _reference(self, micro: MicroBatch):
         with reference_mode(self.model):

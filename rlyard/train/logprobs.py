@@ -62,6 +62,35 @@ def continuation_logprobs(
     else:
         hidden = prefix_last.expand(group, -1)[:, None]
 
+    return score_hidden(hidden, head, continuations, masks, temperature, with_entropy, with_hidden, token_temperatures)
+
+
+def unshared_continuation_logprobs(
+    model, prefix: list[int], continuations: list[list[int]], masks: list[list[int]],
+    temperature: float = 1.0, with_entropy: bool = True, with_hidden: bool = False,
+    token_temperatures: list[list[float] | None] | None = None,
+) -> GroupLogprobs:
+    """`continuation_logprobs` without the shared prompt's KV cache, for a checkpointed model.
+
+    A checkpointed layer drops its cache (transformers sets cache=None: the backward's replay
+    would write it twice), so continuations could not attend to a prompt that ran once. Each row
+    is prompt + continuation in one right-padded forward instead: the prompt's compute is paid
+    per continuation, the price of keeping only each layer's input for the backward.
+    """
+    body, head = backbone_and_head(model)
+    device, start = head.weight.device, len(prefix) - 1
+    ids = torch.zeros((len(continuations), start + max(len(c) for c in continuations)), dtype=torch.long)
+    for row, tokens in enumerate(continuations):
+        ids[row, : start + len(tokens)] = torch.tensor((prefix + tokens)[:-1])  # the last token predicts nothing
+    hidden = body(input_ids=ids.to(device), use_cache=False).last_hidden_state[:, start:]  # column c predicts token c
+    return score_hidden(hidden, head, continuations, masks, temperature, with_entropy, with_hidden, token_temperatures)
+
+
+def score_hidden(hidden, head, continuations: list[list[int]], masks: list[list[int]], temperature: float,
+                 with_entropy: bool, with_hidden: bool, token_temperatures: list[list[float] | None] | None) -> GroupLogprobs:
+    """Logprobs (and entropies) of the masked tokens, from the hidden states that predict them
+    (`hidden[row, col]` predicts `continuations[row][col]`): what both forward layouts share."""
+    device = head.weight.device
     rows, cols, targets, temperatures = [], [], [], []
     for row, (tokens, mask) in enumerate(zip(continuations, masks)):
         own = token_temperatures[row] if token_temperatures else None
