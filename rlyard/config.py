@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from rlyard.config_sections import (  # noqa: F401  (re-exported: the sections' home is config_sections)
     ALGO_PRESETS, DEFAULT_LORA_TARGETS, INT8_DEFAULT_TIS_CAP, PRESET_ADVANTAGE, PRESET_LOSS, TOKEN_REWARD_ADVANTAGES,
     AgentConfig, AlgoConfig, EvalConfig, FieldError, LoraConfig, ModelConfig, OrchestrateConfig, OutputConfig,
-    RolloutConfig, SftConfig, Strict, TrainConfig,
+    RayConfig, RolloutConfig, SftConfig, Strict, TrainConfig,
 )
 from rlyard.envs.registry import FamilyNotFound, get_family
 from rlyard.rewards.loading import RewardLoadError, load_rewards
@@ -101,11 +101,11 @@ def training_algo(config: RunConfig) -> AlgoConfig:
     """The learner's `algo` section with the defaults that depend on other sections resolved, as a
     copy (the config itself stays as written, so a saved run reads back the same): rollouts on int8
     kernels, on weights of another dtype than the learner's (`rollout.dtype`) or from an external
-    server (`rollout.engine=openai`: its own kernels and dtype) are slightly off-policy by
+    server or vLLM (`rollout.engine=openai|vllm`: their own kernels) are slightly off-policy by
     construction, so without a correction named they get TIS at 2."""
     algo = config.algo
     other_dtype = (config.rollout.dtype or config.model.dtype) != config.model.dtype
-    off_policy = config.rollout.quantize == "int8" or other_dtype or config.rollout.engine == "openai"
+    off_policy = config.rollout.quantize == "int8" or other_dtype or config.rollout.engine in ("openai", "vllm")
     if off_policy and algo.tis_cap is None and not algo.decoupled:
         return algo.model_copy(update={"tis_cap": INT8_DEFAULT_TIS_CAP})
     return algo

@@ -56,10 +56,11 @@ class RolloutConfig(Strict):
     quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (TIS on by default); see docs/benchmarks.md
     dtype: Literal["float32", "bfloat16", "float16"] | None = None  # the engine's weights (None: model.dtype); docs/configuration.md
     prefix_cache_mb: int = Field(2048, ge=0)  # keys / values kept between an episode's turns (0 = off); docs/agents.md
-    engine: Literal["hf", "openai"] = "hf"  # hf: rlyard's transformers engine in process; openai: an OpenAI-compatible server (docs/engines.md)
+    engine: Literal["hf", "openai", "vllm"] = "hf"  # hf: rlyard's transformers engine in process; openai: an OpenAI-compatible server; vllm: vLLM's Python engine (docs/engines.md)
     base_url: str | None = None  # engine=openai: the server's URL ending in /v1, e.g. http://127.0.0.1:8000/v1
     api_key_env: str = "OPENAI_API_KEY"  # engine=openai: the environment variable holding the server's key (unset: none sent)
     coalesce: bool = False  # hf engine: merge the generate calls of concurrent episodes / rollout threads into one batch
+    engine_options: dict[str, Any] = Field(default_factory=dict)  # engine=vllm: keyword arguments of vllm.LLM, e.g. {max_model_len: 4096}
 
 
 ALGO_PRESETS = ("grpo", "dr_grpo", "dapo", "ppo", "reinforce_pp", "reinforce_pp_baseline", "rloo", "remax", "gspo", "cispo")
@@ -181,11 +182,30 @@ class OutputConfig(Strict):
     plot: bool = True
 
 
+class RayConfig(Strict):
+    """`orchestrate.backend=ray`: where the run's parts live as Ray actors (docs/cluster.md).
+    CPU and GPU counts are Ray resources, reserved in one placement group."""
+
+    address: str | None = None  # None: a local Ray cluster started by the run; "auto": the running one (`ray start --head`)
+    rollout_workers: int = Field(1, ge=1)  # rollout actors, each an engine and the agent loop over its groups
+    rollout_cpus: float = Field(1.0, ge=0.0)
+    rollout_gpus: float = Field(0.0, ge=0.0)
+    graders: int = Field(1, ge=0)  # grader actors hosting the environments (sandboxes, verifiers); 0 = inside the rollout actors
+    grader_cpus: float = Field(1.0, ge=0.0)
+    learner_cpus: float = Field(1.0, ge=0.0)
+    learner_gpus: float = Field(0.0, ge=0.0)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    max_actor_restarts: int = Field(4, ge=0)  # per actor: restarts by Ray before the run gives up
+    namespace: str | None = None  # Ray namespace of the run's actors (None: rlyard-<run name>-<pid>)
+
+
 class OrchestrateConfig(Strict):
     """How rollouts and training interleave: sync (generate, then train) or async (rollout threads
     fill a bounded buffer while the learner trains; see docs/async.md)."""
 
     mode: Literal["sync", "async"] = "sync"
+    backend: Literal["local", "ray"] = "local"  # local: one process; ray: learner, rollout and grader actors (docs/cluster.md)
+    ray: RayConfig = Field(default_factory=RayConfig)
     max_staleness: int = Field(4, ge=0)  # async: a trained token's policy is at most this many versions behind the learner
     staleness_policy: Literal["drop", "wait"] = "drop"  # async: drop (and re-queue) too-stale groups, or make producers wait
     buffer_groups: int | None = Field(None, ge=1)  # async: finished groups waiting for the learner; None = 2 x rollout.prompts_per_step

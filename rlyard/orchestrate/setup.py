@@ -75,6 +75,10 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
                       total_steps=config.train.steps) if train else None
     if config.rollout.engine == "openai":
         engine = openai_engine(config, model, tokenizer, train)
+    elif config.rollout.engine == "vllm":
+        from rlyard.engines.vllm_engine import build_vllm_engine  # vllm is optional (docs/engines.md)
+
+        engine = build_vllm_engine(config, model, tokenizer, train)
     else:
         engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                           prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
