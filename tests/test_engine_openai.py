@@ -20,7 +20,7 @@ httpx = pytest.importorskip("httpx")
 from rlyard.config import ConfigError  # noqa: E402
 from rlyard.engines import HFEngine  # noqa: E402
 from rlyard.models import load_model  # noqa: E402
-from rlyard.orchestrate import sync  # noqa: E402
+from rlyard.orchestrate import sync, sync_loop  # noqa: E402
 from rlyard.orchestrate.setup import build, stop_tokens  # noqa: E402
 from rlyard.serve import RlyardServer, serve  # noqa: E402
 
@@ -66,7 +66,7 @@ def trained(server, tiny_model_dir, tmp_path_factory):
     config = make_config(tiny_model_dir, run_dir, "rollout.engine=openai", f"rollout.base_url={url}", f"train.steps={STEPS}",
                          "model.lora.rank=4", "model.lora.alpha=8", "algo.lr=5e-2", "rollout.temperature=1.0")
     batches = []
-    sample_batch = sync.sample_batch
+    sample_batch = sync_loop.sample_batch
 
     def recording(c, config, step):
         out = sample_batch(c, config, step)
@@ -74,7 +74,7 @@ def trained(server, tiny_model_dir, tmp_path_factory):
         return out
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(sync, "sample_batch", recording)
+    mp.setattr(sync_loop, "sample_batch", recording)
     try:
         result = sync.train(config, run_dir)
     finally:

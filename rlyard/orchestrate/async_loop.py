@@ -24,10 +24,12 @@ from rlyard.orchestrate.targets import compute_advantages
 from rlyard.orchestrate.workers import RolloutPool, SharedEngine
 
 
-def train_async(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
-    with Run(config, run_dir, resume) as run:
+def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=None) -> RunResult:
+    with Run(config, run_dir, resume, engine) as run:
         c = run.c
-        c.engine = engine = SharedEngine(c.engine)
+        if not hasattr(c.engine, "play_groups"):  # a Ray fleet's actors share their engines themselves
+            c.engine = SharedEngine(c.engine)
+        engine = c.engine
         samples = run.start_step * config.rollout.prompts_per_step * config.rollout.n  # trained trajectories so far
         with RolloutPool(c, config, engine, first_seq=c.stream.position) as pool:
             for step in range(run.start_step, config.train.steps):

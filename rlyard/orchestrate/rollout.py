@@ -32,7 +32,12 @@ def rollout(
     `truncated_reward`, when set, replaces the verdict of a reply cut off by max_new_tokens:
     an answer counts only if the model finished it, so a short training budget cannot hide
     trailing text that a longer evaluation budget would show.
+
+    An engine that plays whole groups elsewhere (`play_groups`: the Ray backend's rollout
+    actors, rlyard/orchestrate/ray_fleet.py) takes the call as it is.
     """
+    if hasattr(engine, "play_groups"):
+        return engine.play_groups(tasks, n, params, group_prefix, truncated_reward, limits)
     if family.multi_turn:
         # the round (step, refill) lets an environment pick one harness arm for a whole group
         tasks = [replace(task, metadata={**task.metadata, "round": group_prefix}) for task in tasks]

@@ -68,11 +68,11 @@ def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, lab
 class Run:
     """One training run's bookkeeping; the loop itself only samples and trains."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False):
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, engine=None):
         self.config, self.run_dir, self.wall_started = config, run_dir, time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / "config.yaml", dump_config(config).encode())
-        self.c = c = build(config)
+        self.c = c = build(config, engine=engine)
         self.start_step, self.base_accuracy, self.train_seconds = 0, None, 0.0
         self.final_accuracy: float | None = None
         checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -110,6 +110,8 @@ class Run:
         merged with `extra[i]` when given), checkpoint if due or last."""
         config, c = self.config, self.c
         self.train_seconds += step_seconds
+        if hasattr(c.engine, "metrics"):  # e.g. the Ray fleet's actor restarts
+            metrics |= c.engine.metrics()
         if config.eval.every and step % config.eval.every == 0 and step < config.train.steps:
             metrics |= run_eval(c, config, self.logger, f"step {step}")
         self.logger.log(step, metrics)

@@ -55,9 +55,10 @@ def stop_tokens(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(i for i in ids if i is not None))
 
 
-def build(config: RunConfig, train: bool = True, model=None, adapter: bool | None = None) -> Components:
+def build(config: RunConfig, train: bool = True, model=None, adapter: bool | None = None, engine: Engine | None = None) -> Components:
     """The run's pieces. `train=False` builds only what sampling needs (no learner, no training
-    tasks); `adapter` (default: `train`) adds the LoRA adapter, e.g. to load a checkpoint into it."""
+    tasks); `adapter` (default: `train`) adds the LoRA adapter, e.g. to load a checkpoint into it;
+    `engine` replaces the one the config names (the Ray backend's fleet)."""
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     seed_everything(config.train.seed)
@@ -73,18 +74,22 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast],
                       total_steps=config.train.steps) if train else None
+    if engine is None:
+        engine = config_engine(config, model, tokenizer, train)
+    return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
+
+
+def config_engine(config: RunConfig, model, tokenizer, train: bool) -> Engine:
+    """The engine `rollout.engine` names, behind the coalescer when `rollout.coalesce`."""
     if config.rollout.engine == "openai":
-        engine = openai_engine(config, model, tokenizer, train)
-    elif config.rollout.engine == "vllm":
+        return openai_engine(config, model, tokenizer, train)
+    if config.rollout.engine == "vllm":
         from rlyard.engines.vllm_engine import build_vllm_engine  # vllm is optional (docs/engines.md)
 
-        engine = build_vllm_engine(config, model, tokenizer, train)
-    else:
-        engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
-                          prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
-    if config.rollout.coalesce and config.rollout.engine == "hf":  # a server batches its own requests
-        engine = CoalescingEngine(engine)  # concurrent episodes share batches
-    return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
+        return build_vllm_engine(config, model, tokenizer, train)
+    engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
+                      prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
+    return CoalescingEngine(engine) if config.rollout.coalesce else engine  # concurrent episodes share batches
 
 
 def run_family(config: RunConfig) -> Family:

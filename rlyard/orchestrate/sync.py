@@ -1,46 +1,28 @@
-"""The synchronous loop: sample a batch, score it, train on it, push weights, repeat.
+"""Where every run starts: `train` picks the loop (`orchestrate.mode`) and where its parts run
+(`orchestrate.backend`).
 
-prompts -> n rollouts per prompt -> verify -> advantages -> PPO epochs -> update_weights.
-The algorithm's extra steps plug in around it: DAPO's dynamic sampling and ReMax's greedy
-baseline in `sampling.sample_batch`, the learner's no-grad pass (TIS, KL in the reward, the
-critic's values) before `targets.compute_advantages`, which dispatches on `algo.advantage`.
-`train` is the entry point of both modes: `orchestrate.mode=async` runs `async_loop` instead.
+sync (rlyard/orchestrate/sync_loop.py): sample a batch, score it, train on it, push weights.
+async (rlyard/orchestrate/async_loop.py): rollout threads fill a buffer while the learner trains.
+backend=ray (rlyard/orchestrate/ray_backend.py): the same loop in a learner actor, rollouts and
+graders in their own actors.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from rlyard.config import RunConfig
-from rlyard.orchestrate.run import Run, RunResult, rollout_metrics
-from rlyard.orchestrate.sampling import sample_batch
-from rlyard.orchestrate.setup import push_weights
-from rlyard.orchestrate.targets import compute_advantages
+from rlyard.orchestrate.run import RunResult
 
 
 def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:
+    if config.orchestrate.backend == "ray":
+        from rlyard.orchestrate.ray_backend import train_on_ray
+
+        return train_on_ray(config, run_dir, resume)
     if config.orchestrate.mode == "async":
         from rlyard.orchestrate.async_loop import train_async
 
         return train_async(config, run_dir, resume)
-    with Run(config, run_dir, resume) as run:
-        c = run.c
-        for step in range(run.start_step, config.train.steps):
-            step_started = time.perf_counter()
-            # 1. sample n completions for each prompt with the current weights
-            gen_started = time.perf_counter()
-            batch, greedy, sampling_metrics = sample_batch(c, config, step)
-            gen_seconds = time.perf_counter() - gen_started
-            # 2. score -> advantages -> one learner step -> new policy version
-            scores = c.learner.score(batch)  # a no-op unless TIS, KL in the reward or a critic needs it
-            targets = compute_advantages(config, batch, scores, greedy)
-            metrics = rollout_metrics(batch) | sampling_metrics | targets.metrics
-            metrics |= c.learner.train_step(batch, targets.advantages, step, scores, targets.returns)
-            push_weights(c, step + 1)
-            step_seconds = time.perf_counter() - step_started
-            sampled = sum(t.num_sampled_tokens for t in batch)
-            metrics |= {"time/step": step_seconds, "time/generate": gen_seconds,
-                        "time/generate_tokens_per_s": sampled / gen_seconds, "progress/samples": (step + 1) * len(batch)}
-            # 3. record, evaluate, checkpoint
-            run.record(step + 1, batch, metrics, step_seconds)
-    return run.result
+    from rlyard.orchestrate.sync_loop import train_sync
+
+    return train_sync(config, run_dir, resume)

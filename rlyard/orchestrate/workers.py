@@ -146,6 +146,15 @@ class WorkerEngine:
         return self.shared.generate(prompts, params, n)
 
 
+class WorkerFleet(WorkerEngine):
+    """A worker's view of a Ray fleet: its groups go to the rollout actors whole."""
+
+    def play_groups(self, *args):
+        if self.stop.is_set():
+            raise Stopped()
+        return self.shared.play_groups(*args)
+
+
 @dataclass
 class Worker:
     index: int
@@ -183,7 +192,7 @@ class RolloutPool:
         worker.thread.start()
 
     def _work(self, worker: Worker) -> None:
-        engine = WorkerEngine(self.engine, self.stop)
+        engine = (WorkerFleet if hasattr(self.engine, "play_groups") else WorkerEngine)(self.engine, self.stop)
         try:
             while (ticket := self.source.take()) is not None:
                 worker.ticket = ticket

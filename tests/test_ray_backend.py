@@ -1,0 +1,163 @@
+"""`orchestrate.backend=ray` on a local 2-CPU Ray cluster: the learner, rollout and grader
+actors run the ordinary sync and async loops; a rollout actor killed mid-run is restarted,
+gets the current weights, and its groups are played again, so that no group is lost.
+
+The families here are built-in or loaded from files (`env.reward=file.py:fn`): the actors
+are other processes, which never see a family registered in this one.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from rlyard.config import ConfigError, load_config, load_run_config  # noqa: E402
+from rlyard.envs import get_family  # noqa: E402
+from rlyard.orchestrate.sync import train  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local cluster for the module: 2 CPUs, as on this machine (train_on_ray joins it)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    yield
+    ray.shutdown()
+
+
+def ray_config(model_dir: Path, run_dir: Path, *overrides: str):
+    return load_config(None, [
+        f"model.name={model_dir}", "env.name=dataset", f"env.options.path={DATA / 'gsm8k_test_head30.jsonl'}",
+        "env.options.prompt_column=question", f"env.reward={DATA / 'vowel_reward.py'}:vowel_share",
+        "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=8", "eval.size=4", "output.progress=false",
+        "output.plot=false", f"output.run_dir={run_dir}", "model.lora.enabled=false", "algo.lr=1e-2",
+        "algo.tis_cap=10", "train.steps=3", "orchestrate.backend=ray", "orchestrate.workers=2",
+        "orchestrate.ray.rollout_workers=2", "orchestrate.ray.graders=1", "orchestrate.ray.learner_cpus=0.5",
+        "orchestrate.ray.rollout_cpus=0.5", "orchestrate.ray.grader_cpus=0.25", *overrides,
+    ])
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def check_run(run_dir: Path, config, steps: int) -> list[dict]:
+    """Every step trained whole groups of n, every weight update reached the rollout actors
+    (sync: the engine's logprobs are the learner's, TIS weights 1; async: every trained token
+    within the staleness bound), and the run folder is complete."""
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "loss/policy" in m]
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    for m in metrics:
+        assert m["rollout/infra_errors"] == 0.0
+        assert m["reward/std"] > 0.0  # the dense reward gives every step a gradient
+        if config.orchestrate.mode == "sync":
+            # fp32 on both sides: a rollout actor sampling with stale weights would be off by far more
+            assert m["train/tis_weight_mean"] == pytest.approx(1.0, abs=1e-3), m
+    rows = read_jsonl(run_dir / "trajectories.jsonl")
+    for row in rows if config.orchestrate.mode == "async" else []:
+        assert row["trained_at_version"] == row["step"] - 1
+        assert row["trained_at_version"] - min(row["policy_versions"]) <= config.orchestrate.max_staleness
+    per_step = Counter(row["step"] for row in rows)
+    want = config.rollout.prompts_per_step * config.rollout.n
+    assert per_step == {step: want for step in range(1, steps + 1)}
+    groups = Counter((row["step"], row["group_id"]) for row in rows)
+    assert set(groups.values()) == {config.rollout.n}, groups  # no group split, lost or doubled
+    assert (run_dir / "checkpoints" / f"step_{steps:06d}").is_dir()
+    return metrics
+
+
+def test_sync_training_on_ray_end_to_end_then_resume(local_ray, tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "sync"
+    config = ray_config(tiny_model_dir, run_dir)
+    result = train(config, run_dir)
+    assert result.steps == 3 and result.base_accuracy is not None and result.final_accuracy is not None
+    check_run(run_dir, config, 3)
+    # the saved config says backend=ray: resuming with the CLI's loader continues on Ray
+    saved = load_run_config(run_dir)
+    assert saved.orchestrate.backend == "ray"
+    resumed = train(saved.model_copy(update={"train": saved.train.model_copy(update={"steps": 4})}), run_dir, resume=True)
+    assert resumed.steps == 4
+    check_run(run_dir, config, 4)
+
+
+def test_async_multi_turn_training_on_ray_with_grader_actors(local_ray, tiny_model_dir, tmp_path):
+    """files: a multi-turn family whose sandboxes live in the grader actor."""
+    run_dir = tmp_path / "async"
+    config = load_config(None, [
+        f"model.name={tiny_model_dir}", "env.name=files", "rollout.prompts_per_step=2", "rollout.n=2",
+        "rollout.max_new_tokens=8", "agent.max_turns=2", "eval.size=2", "output.progress=false", "output.plot=false",
+        f"output.run_dir={run_dir}", "model.lora.enabled=false", "train.steps=2", "orchestrate.mode=async",
+        "orchestrate.backend=ray", "orchestrate.workers=2", "orchestrate.ray.rollout_workers=1",
+        "orchestrate.ray.learner_cpus=0.5", "orchestrate.ray.rollout_cpus=0.5", "orchestrate.ray.grader_cpus=0.5",
+    ])
+    result = train(config, run_dir)
+    assert result.steps == 2
+    rows = read_jsonl(run_dir / "trajectories.jsonl")
+    assert Counter(row["step"] for row in rows) == {1: 4, 2: 4}
+    assert not any(row["infra_error"] for row in rows), rows
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_killed_rollout_actor_is_restarted_and_no_group_is_lost(local_ray, tiny_model_dir, tmp_path, mode):
+    run_dir, namespace = tmp_path / mode, f"rlyard-kill-{mode}"
+    config = ray_config(tiny_model_dir, run_dir, f"orchestrate.mode={mode}", "train.steps=6", "eval.size=0",
+                        "orchestrate.ray.rollout_workers=1", f"orchestrate.ray.namespace={namespace}")
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = train(config, run_dir)
+        except BaseException as error:  # noqa: BLE001 - reported by the test thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    metrics_file = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 200
+    while not (metrics_file.exists() and any(m["step"] >= 1 for m in read_jsonl(metrics_file))):
+        assert thread.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.02)
+    ray.kill(ray.get_actor("rollout-0", namespace=namespace), no_restart=False)  # Ray restarts it
+    thread.join(timeout=240)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["result"].steps == 6
+    metrics = check_run(run_dir, config, 6)
+    assert metrics[-1]["rollout/actor_restarts"] == 1.0
+    assert metrics[-1]["rollout/replayed_calls"] >= 1.0
+
+
+def test_remote_environments_grade_in_the_grader_actor(local_ray):
+    """A files episode played through RemoteEnv: the oracle's replies solve it in the grader
+    actor's sandbox (reward 1), and a wrong answer there scores 0, exactly as locally."""
+    from rlyard.orchestrate.ray_actors import GraderActor, RemoteEnv
+
+    config = load_config(None, ["env.name=files"])
+    family = get_family("files")
+    task = family.make_tasks("eval", 1, 0)[0]
+    grader = ray.remote(GraderActor).options(num_cpus=0.5, max_concurrency=4).remote(config.model_dump(mode="json"), 0.5)
+    try:
+        for replies, expected in ((family.oracle(task, random.Random(0)), 1.0), (["<answer>no such thing</answer>"], 0.0)):
+            env = RemoteEnv(grader, lambda: None)
+            env.reset(task)
+            for reply in replies:
+                if env.step(reply).done:
+                    break
+            assert env.score().value == expected
+            env.close()
+    finally:
+        ray.kill(grader)
+
+
+def test_refused_with_an_openai_engine(tiny_model_dir, tmp_path):
+    config = ray_config(tiny_model_dir, tmp_path, "rollout.engine=openai", "rollout.base_url=http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match="the server already is the rollout fleet"):
+        train(config, tmp_path / "run")
