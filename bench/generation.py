@@ -3,6 +3,7 @@
     python bench/generation.py                        # batch 1, 8, 32, 64; distinct and shared prompts
     python bench/generation.py --batches 32 --new-tokens 64 --prompts shared --repeats 3
     python bench/generation.py --sides transformers rlyard   # leave out the int8 engine
+    python bench/generation.py --sides rlyard vllm --vllm-python .venv-vllm/bin/python --batches 32 --repeats 3
 
 Greedy decoding with no stop token, so both produce exactly `--new-tokens` tokens per row and
 the figures compare decoding alone (in training, where replies stop early, rlyard also drops
@@ -14,6 +15,13 @@ Three sides: transformers `generate` (fp32), rlyard's engine in fp32, and rlyard
 int8 decoding (`rollout.quantize=int8`). The int8 side's warm-up call is its fp32 calibration
 batch; after timing it samples at T=0.7 and reports the mean |logprob gap| of its tokens
 against an fp32 recompute (what the learner's TIS weight corrects).
+
+A fourth side, `vllm`, is rlyard's `rollout.engine=vllm` (`VLLMEngine` over vLLM's CPU build,
+with a LoRA adapter loaded as in training) on the same prompts; `vllm-base` is `vllm.LLM` with
+the same settings and no LoRA (what the adapter costs). vLLM lives in its own virtualenv
+(scripts/setup_vllm.sh), so that side runs as a subprocess of `--vllm-python`; without it (or
+when that interpreter is missing) the side is skipped with a message. Every side also reports
+its start-up: seconds from the fresh process's first import to an engine ready to sample.
 
 Each measurement runs in a fresh process: one warm-up call, then `--repeats` timed calls, of
 which the median is reported. Memory is that process's peak RSS (VmHWM) over the timed calls,
@@ -30,6 +38,7 @@ import json
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +47,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 
 
-SIDES = ("transformers", "rlyard", "rlyard-int8")
+SIDES = ("transformers", "rlyard", "rlyard-int8", "vllm", "vllm-base")
+VLLM_LORA_RANK = 16
+RESULT = "[generation-result] "
+
+
+class _Printer:
+    """The queue of a child run in another interpreter: the result goes to stdout as one line."""
+
+    def put(self, row: dict) -> None:
+        print(RESULT + json.dumps(row), flush=True)
 
 
 def rss_mb(field: str) -> float:
@@ -50,6 +68,7 @@ def rss_mb(field: str) -> float:
 
 
 def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: str, repeats: int, threads: int | None, queue) -> None:
+    started_process = time.perf_counter()
     import torch
 
     from rlyard.engines import HFEngine
@@ -62,7 +81,31 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
     tokenizer, model = load_tokenizer(model_name), load_model(model_name).eval()
     texts = [f"What is {10 + i}+{20 + 2 * i}?" for i in range(1 if shared else batch)]
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False) for t in texts]
-    if kind.startswith("rlyard"):
+    if kind == "vllm":
+        from rlyard.engines.vllm_engine import VLLMEngine
+        from rlyard.models import add_lora, resolve_model_path
+
+        policy = add_lora(model, VLLM_LORA_RANK, 2 * VLLM_LORA_RANK, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        engine = VLLMEngine(resolve_model_path(model_name), policy, lora_rank=VLLM_LORA_RANK,
+                            engine_options={"max_model_len": 1024})
+        run = lambda tokens=new_tokens: engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=tokens), n=batch if shared else 1)
+    elif kind == "vllm-base":  # vLLM alone: no adapter, the engine's sampling settings
+        import vllm
+
+        from rlyard.engines.vllm_engine import ENV_DEFAULTS
+        from rlyard.models import resolve_model_path
+
+        for name, value in ENV_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+        llm = vllm.LLM(model=resolve_model_path(model_name), dtype="float32", seed=0, logprobs_mode="processed_logprobs",
+                       generation_config="vllm", max_model_len=1024)
+        requests = [{"prompt_token_ids": p} for p in prompts]
+
+        def run(tokens=new_tokens):
+            params = vllm.SamplingParams(n=batch if shared else 1, temperature=0.0, max_tokens=tokens, logprobs=0,
+                                         ignore_eos=True, detokenize=False)
+            return llm.generate(requests, params, use_tqdm=False)
+    elif kind.startswith("rlyard"):
         quantize = "int8" if kind == "rlyard-int8" else "none"
         engine = HFEngine(copy.deepcopy(model) if quantize == "int8" else model, tokenizer.pad_token_id, quantize=quantize)
         run = lambda tokens=new_tokens: engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=tokens), n=batch if shared else 1)
@@ -76,6 +119,7 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
             with torch.no_grad():
                 return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
                                       do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    startup_s = time.perf_counter() - started_process  # imports, model load, engine start
     run(4)  # warm-up (allocator, kernels): the full prefill, a few decode steps
     loaded_mb = rss_mb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM: the peak below is the timed calls' alone
@@ -88,6 +132,7 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
     gap = logprob_gap(engine, model, prompts, batch if shared else 1) if kind == "rlyard-int8" else None
     queue.put({"kind": kind, "batch": batch, "shared": shared, "new_tokens": new_tokens, "seconds": seconds,
                "tokens_per_s": batch * new_tokens / statistics.median(seconds), "peak_rss_mb": peak_mb,
+               "repeat_tokens_per_s": [batch * new_tokens / s for s in seconds], "startup_s": startup_s,
                "peak_over_loaded_mb": max(0.0, peak_mb - loaded_mb), "threads": torch.get_num_threads(),
                "logprob_gap": gap})
 
@@ -110,7 +155,13 @@ def logprob_gap(engine, fp32_model, prompts, n: int) -> float:
     return float(torch.cat(gaps).mean())
 
 
-def run_isolated(*args) -> dict:
+def run_isolated(*args, vllm_python: str | None = None) -> dict:
+    if args[0].startswith("vllm"):  # in vLLM's own virtualenv: this script as a child there
+        out = subprocess.run([vllm_python, __file__, "--child", json.dumps(args)], capture_output=True, text=True)
+        lines = [line for line in out.stdout.splitlines() if line.startswith(RESULT)]
+        if out.returncode != 0 or not lines:
+            raise RuntimeError(f"the vllm side failed ({vllm_python}, exit {out.returncode}):\n{out.stderr[-3000:]}")
+        return json.loads(lines[-1][len(RESULT):])
     context = mp.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=measure, args=(*args, queue))
@@ -121,6 +172,9 @@ def run_isolated(*args) -> dict:
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":  # the vllm side, run by run_isolated
+        measure(*json.loads(sys.argv[2]), _Printer())
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64], help="rows per call (default 1 8 32 64)")
     parser.add_argument("--prompts", nargs="+", choices=["distinct", "shared"], default=["distinct", "shared"],
@@ -128,12 +182,19 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (default 64)")
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per measurement; the median is reported")
     parser.add_argument("--rounds", type=int, default=1, help="alternate the sides this many times; medians reported")
-    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES), help="what to measure (default: all three)")
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES),
+                        help="what to measure (default: all; vllm only with --vllm-python)")
+    parser.add_argument("--vllm-python", help="the vLLM virtualenv's python (scripts/setup_vllm.sh: .venv-vllm/bin/python)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     sides = [side for side in SIDES if side in args.sides]
+    skipped = [side for side in sides if side.startswith("vllm")]
+    if skipped and not (args.vllm_python and Path(args.vllm_python).exists()):
+        print(f"{' and '.join(skipped)} skipped: {'no --vllm-python' if not args.vllm_python else args.vllm_python + ' not found'} "
+              "(./scripts/setup_vllm.sh makes .venv-vllm/bin/python)")
+        sides = [side for side in sides if side not in skipped]
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"{'batch':>5} {'prompts':>8} " + " ".join(f"{side + ' tok/s':>18}" for side in sides)
           + " " + " ".join(f"{'x ' + side:>13}" for side in sides[1:]) + f" {'int8 gap':>8}  peak MB (+MB) per side")
@@ -143,8 +204,11 @@ def main() -> None:
             runs: dict[str, list[dict]] = {side: [] for side in sides}
             for _ in range(args.rounds):
                 for kind, measured in runs.items():
-                    measured.append(run_isolated(kind, batch, args.new_tokens, shared, args.model, args.repeats, args.threads))
-            medians = {kind: {**r[0], "tokens_per_s": statistics.median(x["tokens_per_s"] for x in r), "rounds": [x["tokens_per_s"] for x in r]}
+                    measured.append(run_isolated(kind, batch, args.new_tokens, shared, args.model, args.repeats, args.threads,
+                                                 vllm_python=args.vllm_python))
+            medians = {kind: {**r[0], "tokens_per_s": statistics.median(x["tokens_per_s"] for x in r), "rounds": [x["tokens_per_s"] for x in r],
+                              "startup_s": statistics.median(x["startup_s"] for x in r), "startup_rounds": [x["startup_s"] for x in r],
+                              "all_repeats_tokens_per_s": [v for x in r for v in x["repeat_tokens_per_s"]]}
                        for kind, r in runs.items()}
             rows += list(medians.values())
             base = medians[sides[0]]["tokens_per_s"]
@@ -154,9 +218,21 @@ def main() -> None:
                   + " ".join(f"{m['tokens_per_s'] / base:>12.2f}x" for m in list(medians.values())[1:])
                   + f" {'-' if gap is None else format(gap, '.3f'):>8}  "
                   + " / ".join(f"{m['peak_rss_mb']:.0f} (+{m['peak_over_loaded_mb']:.0f})" for m in medians.values()), flush=True)
+            print("      start-up s: " + " / ".join(f"{k} {m['startup_s']:.1f}" for k, m in medians.items())
+                  + "; tok/s over every timed call (min-max): "
+                  + " / ".join(f"{k} {min(m['all_repeats_tokens_per_s']):.1f}-{max(m['all_repeats_tokens_per_s']):.1f}" for k, m in medians.items()),
+                  flush=True)
+            for side in ("vllm", "vllm-base"):
+                if side in medians and "rlyard" in medians:
+                    theirs, own = medians[side], medians["rlyard"]
+                    print(f"      {side} / rlyard: {theirs['tokens_per_s'] / own['tokens_per_s']:.2f}x tokens/s, start-up "
+                          f"{theirs['startup_s']:.1f} s vs {own['startup_s']:.1f} s", flush=True)
     print(f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"load_average_end": os.getloadavg(), "rows": rows}, indent=2))
+        from provenance import commit  # bench/ is on sys.path when a script runs
+
+        Path(args.json).write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "commit": commit(),
+                                               "load_average_end": os.getloadavg(), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
