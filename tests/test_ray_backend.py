@@ -8,7 +8,11 @@ are other processes, which never see a family registered in this one.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -24,6 +28,33 @@ from rlyard.orchestrate.sync import train  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 DATA = Path(__file__).parent / "data"
+
+
+def rlyard_cli(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("rlyard")
+    command = [exe, *args] if exe else [sys.executable, "-m", "rlyard.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=280, env={**os.environ, "COLUMNS": "120"})
+
+
+def test_cli_smoke_command_of_cluster_md_then_resume_and_eval_that_run(tiny_model_dir, tmp_path):
+    """docs/cluster.md's one-machine command (a private Ray cluster started by the run; first in
+    this file, before the module's own cluster), on the tiny model; then `--resume` and `rlyard
+    eval` on its very run folder, with the CLI's own loaders."""
+    run_dir = tmp_path / "cli"
+    tiny = [f"model.name={tiny_model_dir}", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=2",
+            "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}"]
+    trained = rlyard_cli("train", "configs/quickstart.yaml", "orchestrate.backend=ray", "orchestrate.ray.rollout_workers=2", *tiny)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert "2 rollout actor(s), 1 grader actor(s) and the learner" in trained.stdout
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if "loss/policy" in m] == [1, 2]
+    resumed = rlyard_cli("train", "--resume", str(run_dir), "train.steps=3")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if "loss/policy" in m] == [1, 2, 3]
+    out = tmp_path / "eval.json"
+    evaluated = rlyard_cli("eval", "--checkpoint", str(run_dir), "--output", str(out))
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads(out.read_text())["tasks"] == 2
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +164,27 @@ def test_a_killed_rollout_actor_is_restarted_and_no_group_is_lost(local_ray, tin
     metrics = check_run(run_dir, config, 6)
     assert metrics[-1]["rollout/actor_restarts"] == 1.0
     assert metrics[-1]["rollout/replayed_calls"] >= 1.0
+
+
+def test_a_killed_grader_actor_is_restarted_and_no_group_is_lost(local_ray, tiny_model_dir, tmp_path):
+    """The grader hosts the episodes' environments (here the batched reward): its death fails
+    the episodes it held, which are played again once it is back, never trained as failures."""
+    run_dir, namespace = tmp_path / "grader", "rlyard-kill-grader"
+    config = ray_config(tiny_model_dir, run_dir, "orchestrate.mode=async", "train.steps=6", "eval.size=0",
+                        "orchestrate.ray.rollout_workers=1", f"orchestrate.ray.namespace={namespace}")
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", train(config, run_dir)), daemon=True)
+    thread.start()
+    metrics_file = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 200
+    while not (metrics_file.exists() and any(m["step"] >= 1 for m in read_jsonl(metrics_file))):
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
+    ray.kill(ray.get_actor("grader-0", namespace=namespace), no_restart=False)
+    thread.join(timeout=240)
+    assert outcome["result"].steps == 6
+    metrics = check_run(run_dir, config, 6)  # every trained step: no infra error, whole groups
+    assert metrics[-1]["rollout/grader_restarts"] == 1.0 and metrics[-1]["rollout/actor_restarts"] == 0.0
 
 
 def test_remote_environments_grade_in_the_grader_actor(local_ray):

@@ -166,8 +166,11 @@ class RolloutActor:
         lost = threading.Event()
         family = remote_family(self.family, self.graders, lost.set) if self.graders else self.family
         pin = contextlib.nullcontext() if self.config.orchestrate.partial_rollouts else self.engine.pinned()
-        with pin:
-            trajectories = rollout(self.engine, self.tokenizer, family, tasks, n, params, group_prefix, truncated_reward, limits)
+        try:
+            with pin:
+                trajectories = rollout(self.engine, self.tokenizer, family, tasks, n, params, group_prefix, truncated_reward, limits)
+        except GraderLost:  # raised where rollout() does not catch it (making an environment)
+            return self.incarnation, [], True
         return self.incarnation, trajectories, lost.is_set()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, n: int = 1):

@@ -61,7 +61,7 @@ def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
         if r.address is None:
             wanted = sum(b.get("CPU", 0.0) for b in bundles(config))
             # logical CPUs are Ray's bookkeeping: a laptop may host a bigger reservation than it has cores
-            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(wanted)), include_dashboard=False, namespace=namespace,
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(wanted)), include_dashboard=False, namespace=namespace,
                      log_to_driver=True)
         else:
             ray.init(address=r.address, namespace=namespace, log_to_driver=True)

@@ -40,7 +40,8 @@ class RayFleet:
         self._locks = [threading.Lock() for _ in self.actors]
         self._busy = [0] * len(self.actors)
         self._pick_lock = threading.Lock()
-        self.restarts = self.replays = 0
+        self._grader_incarnations = ray.get([grader.ready.remote() for grader in self.graders])
+        self.restarts = self.replays = self.grader_restarts = 0
 
     # ---------------------------------------------------------------- the engine contract
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
@@ -90,7 +91,14 @@ class RayFleet:
         return contextlib.nullcontext()
 
     def metrics(self) -> dict[str, float]:
-        return {"rollout/actor_restarts": float(self.restarts), "rollout/replayed_calls": float(self.replays)}
+        """Restarts so far: rollout actors (seen by the calls), grader actors (asked each step)."""
+        for k, grader in enumerate(self.graders):
+            incarnation = self._wait_ready(grader, f"grader actor {k}")
+            if incarnation != self._grader_incarnations[k]:
+                self._grader_incarnations[k] = incarnation
+                self.grader_restarts += 1
+        return {"rollout/actor_restarts": float(self.restarts), "rollout/grader_restarts": float(self.grader_restarts),
+                "rollout/replayed_calls": float(self.replays)}
 
     # ---------------------------------------------------------------- restarts
     def _on_actor(self, submit, replay_if_lost: bool = False):
