@@ -21,6 +21,11 @@ from rlyard.envs.base import Family, StepResult
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
 
 
+def takes_adapter(config: RunConfig) -> bool:
+    """Rollout actors that get the LoRA adapter's weights each step (a few MB) instead of the merged model."""
+    return config.rollout.engine == "vllm" and config.model.lora.enabled
+
+
 def actor_config(config_data: dict, cpus: float) -> RunConfig:
     """An actor's copy of the run config: no held-out tasks (only the learner evaluates), and as
     many torch threads as the actor has CPUs unless train.threads says otherwise."""
@@ -145,8 +150,10 @@ class RolloutActor:
         from rlyard.orchestrate.workers import SharedEngine
 
         config = actor_config(config_data, cpus)
-        c = build(config, train=False)
-        self.config, self.tokenizer, self.family = config, c.tokenizer, c.family
+        # vLLM with LoRA loads an adapter, not merged weights: the actor keeps its own copy of it
+        self.takes_adapter = takes_adapter(config)
+        c = build(config, train=False, adapter=self.takes_adapter)
+        self.config, self.tokenizer, self.family, self.model = config, c.tokenizer, c.family, c.model
         self.engine = SharedEngine(c.engine)
         self.graders = graders
         self.incarnation = uuid.uuid4().hex
@@ -155,6 +162,12 @@ class RolloutActor:
         return self.incarnation
 
     def update_weights(self, version: int, weights: dict | None) -> str:
+        if self.takes_adapter:
+            from rlyard.models.lora import load_trainable_state_dict
+
+            if weights is not None:
+                load_trainable_state_dict(self.model, weights)
+            weights = None  # the engine saves the adapter from self.model
         self.engine.update_weights(version, weights)
         return self.incarnation
 

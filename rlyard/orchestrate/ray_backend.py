@@ -48,6 +48,9 @@ def check_supported(config: RunConfig) -> None:
     if config.rollout.engine == "openai":
         raise ConfigError("orchestrate.backend=ray with rollout.engine=openai: the server already is the rollout fleet; "
                           "use orchestrate.backend=local (docs/engines.md)")
+    if config.rollout.engine == "vllm" and not config.model.lora.enabled:
+        raise ConfigError("orchestrate.backend=ray with rollout.engine=vllm trains LoRA adapters only for now: full weights "
+                          "would need vLLM's NCCL weight transfer between the actors (planned); set model.lora.enabled=true")
 
 
 def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):

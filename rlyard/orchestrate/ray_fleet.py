@@ -33,7 +33,10 @@ class RayFleet:
     def __init__(self, actors: list, config: RunConfig, graders: list = ()):
         import ray
 
+        from rlyard.orchestrate.ray_actors import takes_adapter
+
         self.ray, self.actors, self.graders, self.config = ray, list(actors), list(graders), config
+        self.takes_adapter = takes_adapter(config)  # push_weights then sends the adapter's weights only
         self.policy_version = 0
         self._weights = None  # the object ref of the last weights sent (None: the starting policy)
         self._incarnations = ray.get([actor.ready.remote() for actor in self.actors])

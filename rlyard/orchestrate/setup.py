@@ -19,7 +19,7 @@ from rlyard.data import TaskStream
 from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
 from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
-from rlyard.models.lora import load_trainable_state_dict, merged_weights
+from rlyard.models.lora import load_trainable_state_dict, merged_weights, trainable_state_dict
 from rlyard.models.templates import end_of_message_id
 from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
 from rlyard.train import Learner, find_checkpoint
@@ -220,11 +220,12 @@ def openai_engine(config: RunConfig, model, tokenizer, train: bool) -> OpenAIEng
 def push_weights(c: "Components", version: int) -> None:
     """Give the engine the learner's current policy as `version`: nothing to copy when it samples
     from the learner's model itself (full fine-tuning in sync mode; the openai engine, which sends
-    that model's adapter to its server), else merged LoRA weights or every weight."""
+    that model's adapter to its server), the adapter's own weights to an engine that `takes_adapter`
+    (the Ray fleet of vLLM actors), else merged LoRA weights or every weight."""
     if getattr(c.engine, "model", None) is c.model:
         weights = None
     elif is_peft(c.model):
-        weights = merged_weights(c.model)
+        weights = trainable_state_dict(c.model) if getattr(c.engine, "takes_adapter", False) else merged_weights(c.model)
     else:
         weights = {name: param.detach() for name, param in c.model.named_parameters()}
     c.engine.update_weights(version, weights)
