@@ -88,7 +88,10 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
         policy = add_lora(model, VLLM_LORA_RANK, 2 * VLLM_LORA_RANK, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
         engine = VLLMEngine(resolve_model_path(model_name), policy, lora_rank=VLLM_LORA_RANK,
                             engine_options={"max_model_len": 1024})
-        run = lambda tokens=new_tokens: engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=tokens), n=batch if shared else 1)
+        # greedy: vLLM refuses n > 1 (the engine would copy one reply), so a shared prompt is sent `batch`
+        # times; vLLM's prefix cache prefills it once
+        rows = prompts * batch if shared else prompts
+        run = lambda tokens=new_tokens: engine.generate(rows, SamplingParams(temperature=0.0, max_new_tokens=tokens))
     elif kind == "vllm-base":  # vLLM alone: no adapter, the engine's sampling settings
         import vllm
 
@@ -99,10 +102,10 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
             os.environ.setdefault(name, value)
         llm = vllm.LLM(model=resolve_model_path(model_name), dtype="float32", seed=0, logprobs_mode="processed_logprobs",
                        generation_config="vllm", max_model_len=1024)
-        requests = [{"prompt_token_ids": p} for p in prompts]
+        requests = [{"prompt_token_ids": p} for p in (prompts * batch if shared else prompts)]  # greedy: n must be 1
 
         def run(tokens=new_tokens):
-            params = vllm.SamplingParams(n=batch if shared else 1, temperature=0.0, max_tokens=tokens, logprobs=0,
+            params = vllm.SamplingParams(n=1, temperature=0.0, max_tokens=tokens, logprobs=0,
                                          ignore_eos=True, detokenize=False)
             return llm.generate(requests, params, use_tqdm=False)
     elif kind.startswith("rlyard"):

@@ -56,6 +56,7 @@ SETUP_HINT = ("rollout.engine=vllm needs vLLM: ./scripts/setup_vllm.sh (a separa
 # shared machine. The user's own setting wins.
 ENV_DEFAULTS = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 TRANSFER_BACKENDS = ("ipc", "nccl")
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32 accepts only these as max_lora_rank
 _lora_ids = itertools.count(1)  # LoRA ids are global to a vLLM process: never reuse one
 
 
@@ -113,7 +114,7 @@ class VLLMEngine:
         kwargs = {"model": model_path, "dtype": dtype, "seed": seed, "logprobs_mode": "processed_logprobs",
                   "generation_config": "vllm"}
         if self.lora:
-            kwargs |= {"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 2}
+            kwargs |= {"enable_lora": True, "max_lora_rank": lora_max_rank(lora_rank), "max_loras": 2}
         elif self.on_gpu:
             kwargs["weight_transfer_config"] = {"backend": "ipc"}
         kwargs |= options
@@ -191,7 +192,8 @@ class VLLMEngine:
                 raise VLLMEngineError(f"vLLM returned {len(outputs)} outputs for {len(requests)} prompts")
             start = 0
             for call in batch:
-                call.result = [self._completions(out, call.n) for out in outputs[start : start + len(call.prompts)]]
+                greedy = call.params.temperature <= 0
+                call.result = [self._completions(out, call.n, greedy) for out in outputs[start : start + len(call.prompts)]]
                 start += len(call.prompts)
         except BaseException as exc:  # every waiting caller sees the failure, not only this thread
             for call in batch:
@@ -204,13 +206,15 @@ class VLLMEngine:
 
     def _sampling_params(self, params: SamplingParams, n: int, seed: int | None):
         greedy = params.temperature <= 0
-        return self._vllm.SamplingParams(
-            n=n, temperature=0.0 if greedy else params.temperature, top_p=1.0 if greedy else params.top_p,
+        return self._vllm.SamplingParams(  # greedy: vLLM refuses n > 1; one reply, copied n times (_completions)
+            n=1 if greedy else n, temperature=0.0 if greedy else params.temperature, top_p=1.0 if greedy else params.top_p,
             top_k=0 if greedy else params.top_k, max_tokens=params.max_new_tokens, seed=seed, logprobs=0,
             stop_token_ids=list(params.stop_token_ids), ignore_eos=True, detokenize=False, skip_special_tokens=False)
 
-    def _completions(self, output, n: int) -> list[Completion]:
+    def _completions(self, output, n: int, greedy: bool) -> list[Completion]:
         choices = sorted(output.outputs, key=lambda c: c.index)
+        if greedy and len(choices) == 1:
+            choices = choices * n  # the n greedy replies of the hf engine are equal too
         if len(choices) != n:
             raise VLLMEngineError(f"vLLM returned {len(choices)} completions for n={n}")
         return [completion_of(choice, self.policy_version) for choice in choices]
@@ -234,6 +238,10 @@ class VLLMEngine:
         """GPU only: every weight through vLLM's weight-transfer engine, with scheduling paused."""
         if not self.on_gpu or self.transfer_backend not in TRANSFER_BACKENDS:
             raise VLLMEngineError(full_weights_message(self.on_gpu))
+        tensors = state_dict.values() if state_dict else self.model.parameters()
+        if any(t.device.type != "cuda" for t in tensors):  # CUDA IPC handles / NCCL broadcasts are of GPU tensors
+            raise VLLMEngineError("rollout.engine=vllm sends full weights from GPU tensors (vLLM's ipc / nccl weight "
+                                  "transfer): set model.device=cuda")
         from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
 
         source = _DictSource(state_dict) if state_dict else ModuleSource(self.model)
@@ -284,6 +292,14 @@ def completion_of(choice, version: int) -> Completion:
     if finish not in ("stop", "length"):
         raise VLLMEngineError(f"vLLM ended a completion with finish_reason={finish!r}")
     return Completion(ids, logprobs, finish, version)
+
+
+def lora_max_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds an adapter of `rank`."""
+    fits = [r for r in MAX_LORA_RANKS if r >= rank]
+    if not fits:
+        raise VLLMEngineError(f"model.lora.rank={rank}: vLLM holds LoRA ranks up to {MAX_LORA_RANKS[-1]}")
+    return fits[0]
 
 
 def vllm_device() -> str:
