@@ -12,6 +12,10 @@ The learning rate follows `algo.lr_schedule` over optimizer steps, as transforme
 count them: a train step makes U = ppo_epochs x minibatches optimizer steps, so the schedule
 runs over train.steps x U of them and warms up over algo.warmup_steps x U. It is a pure function
 of (train step, update), so a resumed run continues the schedule exactly.
+
+Over several ranks (a model from `train.fsdp.shard_model`, each rank with its share of the
+batch) the aggregation weights, the micro-batch count, the gradient norm and every metric are
+those of the whole batch: the step is the one a single process would take (docs/fsdp.md).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from rlyard.algos.policy_losses import DEFAULT_BEHAVIOUR_WEIGHT_CAP, cispo, deco
 from rlyard.algos.value import value_loss
 from rlyard.models.loading import autocast
 from rlyard.models.lora import reference_mode
+from rlyard.train import fsdp
 from rlyard.train.critic import Critic
 from rlyard.train.logprobs import backbone_and_head, continuation_logprobs, unshared_continuation_logprobs
 from rlyard.train.schedule import lr_at
@@ -36,6 +41,8 @@ from rlyard.types import Trajectory
 # Per-token sums a micro-batch reports; train_step divides them by the token count.
 STATS = ("policy", "kl", "entropy", "clipped", "ratio", "tokens", "tis_weight", "tis_capped", "behaviour_weight", "behaviour_masked",
          "value_loss", "value_clipped", "value", "mismatch", "mismatch_max")
+# What a rank without a micro-batch left forwards so that FSDP's collectives stay in step: a zero loss.
+IDLE_TOKENS = [0]
 
 
 @dataclass(frozen=True)
@@ -99,9 +106,16 @@ def is_checkpointing(model) -> bool:
 
 class Learner:
     def __init__(self, model, algo, temperature: float, micro_batch_size: int, max_new_tokens: int | None = None,
-                 autocast_dtype: torch.dtype | None = None, total_steps: int | None = None):
-        """`total_steps`: the run's train steps (train.steps), over which linear and cosine schedules decay."""
+                 autocast_dtype: torch.dtype | None = None, total_steps: int | None = None, process_group=None):
+        """`total_steps`: the run's train steps (train.steps), over which linear and cosine schedules decay.
+        `process_group`: the data-parallel ranks of a model from `fsdp.shard_model` (None: the default group)."""
         self.model, self.algo, self.temperature, self.micro_batch_size = model, algo, temperature, micro_batch_size
+        self.group = None  # None: one process, the whole batch
+        if fsdp.is_sharded(model):
+            self.group = process_group or torch.distributed.group.WORLD
+            fsdp.sum_gradients(model)  # the weights below divide by the whole batch: FSDP must not average too
+            if algo.advantage == "gae":
+                raise ValueError("advantage gae over several ranks: the critic is not sharded or reduced yet (docs/fsdp.md)")
         self.autocast_dtype = autocast_dtype  # model.autocast: the forward's matmuls (and so the backward's) in bf16
         if algo.lr_schedule != "constant" and total_steps is None:
             raise ValueError(f"algo.lr_schedule={algo.lr_schedule} decays over the run: pass total_steps (train.steps)")
@@ -138,23 +152,32 @@ class Learner:
         for _epoch in range(algo.ppo_epochs):
             for mb_indices in (order[k :: algo.minibatches] for k in range(algo.minibatches)):
                 # Infra-failed episodes (and truncated ones under overlong_filter): no loss, no share of the normaliser.
-                weights = token_weights([lengths[i] for i in mb_indices], [batch[i].group_id for i in mb_indices], algo.loss_agg, self.loss_constant)
+                weights = self._token_weights([lengths[i] for i in mb_indices], [batch[i].group_id for i in mb_indices])
                 weight = dict(zip(mb_indices, weights))
                 live = [i for i in mb_indices if weight[i] > 0 and (needs_all or bool(advantages_T[i].any()))]
                 skipped += len(mb_indices) - len(live)
                 self._zero_grad()
-                for micro in make_microbatches(batch, live, self.micro_batch_size):
+                micros = make_microbatches(batch, live, self.micro_batch_size)
+                idle = self._idle_passes(len(micros))  # before any forward: agreeing on it is a collective too
+                for micro in micros:
                     loss, stats = self._micro_loss(batch, micro, advantages_T, weight, scores, returns)
                     loss.backward()
                     for key, value in stats.items():
                         sums[key] = max(sums[key], value) if key == "mismatch_max" else sums[key] + value
                     trained_tokens += len(micro.prefix) + sum(len(c) for c in micro.continuations)
+                for _ in range(idle):
+                    self._idle_pass()
                 lr = self.lr_at(step, len(grad_norms))
                 grad_norms.append(self._step(lr))
+        size = len(batch)
+        if self.group is not None:
+            totals = fsdp.reduce_sums(sums | {" skipped": skipped, " tokens": trained_tokens, " size": size}, self.group, ("mismatch_max",))
+            skipped, trained_tokens, size = totals.pop(" skipped"), totals.pop(" tokens"), totals.pop(" size")
+            sums = totals
         elapsed = time.perf_counter() - started
         metrics = self._metrics(sums, grad_norms)
         return metrics | {
-            "train/skipped_sequences": skipped / (len(batch) * algo.ppo_epochs), "train/lr": lr,
+            "train/skipped_sequences": skipped / (size * algo.ppo_epochs), "train/lr": lr,
             "time/train": elapsed, "time/train_tokens_per_s": trained_tokens / elapsed if elapsed > 0 else 0.0,
         }
 
@@ -185,7 +208,13 @@ class Learner:
             was_training = self.model.training
             self.model.eval()  # no dropout: the old logprobs are those of the policy itself
             try:
-                for micro in make_microbatches(batch, [i for i, t in enumerate(batch) if t.num_sampled_tokens], self.micro_batch_size):
+                micros = make_microbatches(batch, [i for i, t in enumerate(batch) if t.num_sampled_tokens], self.micro_batch_size)
+                for _ in range(self._idle_passes(len(micros))):  # the same forwards as every other rank
+                    if want_old:
+                        self._logprobs(self._idle_micro(), with_entropy=False)
+                    if want_ref:
+                        self._reference(self._idle_micro())
+                for micro in micros:
                     if want_old:
                         out = self._logprobs(micro, with_entropy=False, with_hidden=critic is not None)
                         for row, i in enumerate(micro.indices):
@@ -215,7 +244,10 @@ class Learner:
 
     def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
         with autocast(self.autocast_dtype, next(self.model.parameters()).device):
-            forward = unshared_continuation_logprobs if is_checkpointing(self.model) else continuation_logprobs
+            if self.group is not None:
+                forward = fsdp.sharded_logprobs
+            else:
+                forward = unshared_continuation_logprobs if is_checkpointing(self.model) else continuation_logprobs
             return forward(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
                            with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures)
 
@@ -237,11 +269,30 @@ class Learner:
         # it: no step on stale momentum. TRL backpropagates the zero loss and steps; doing that here
         # sent seed 1 of bench/vs_trl.py into a reward-0 dead end, as it does TRL's own seeds 5 and 6
         # (docs/benchmarks.md).
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)  # sharded: the global norm (a DTensor)
         self.optimizer.step()
         if self.critic is not None:
             self.critic.step()
-        return float(grad_norm)
+        return fsdp.full_value(grad_norm)
+
+    def _token_weights(self, lengths: list[int], group_ids: list[str]) -> list[float]:
+        """`algo.loss_agg`'s weights; over several ranks, this rank's share of the whole minibatch's."""
+        if self.group is not None:
+            return fsdp.global_token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant, self.group)
+        return token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant)
+
+    def _idle_passes(self, count: int) -> int:
+        """How many zero-loss micro-batches this rank adds so that every rank runs as many as the busiest."""
+        return 0 if self.group is None else fsdp.max_count(count, self.group) - count
+
+    def _idle_micro(self) -> MicroBatch:
+        return MicroBatch([], list(IDLE_TOKENS), [list(IDLE_TOKENS)], [[1]])
+
+    def _idle_pass(self) -> None:
+        """The forwards and the backward of one micro-batch (as `_micro_loss` runs them), with a zero loss."""
+        if self.algo.kl_coef > 0 and not self.algo.kl_in_reward:
+            self._reference(self._idle_micro())
+        (0.0 * self._logprobs(self._idle_micro()).logprobs[0].sum()).backward()
 
     def _micro_loss(self, batch, micro: MicroBatch, advantages_T, weight, scores, returns) -> tuple[torch.Tensor, dict[str, float]]:
         algo, critic = self.algo, self.critic

@@ -1,0 +1,186 @@
+"""A learner over several devices: PyTorch FSDP2 (`fully_shard`) and the collectives the
+Learner needs so that N ranks take the very step one process would take on the whole batch.
+
+Each rank holds whole trajectories, a share of the batch. The learner's per-token weights
+(`algos.aggregate.token_weights`) are computed over the whole batch (every rank's lengths and
+group ids, gathered), so the per-rank losses add up to the batch loss; FSDP is told to sum the
+gradients (its default averages them, which would divide the step by N). Micro-batch counts
+differ between ranks, and every FSDP forward and backward is a collective, so a rank that runs
+out of micro-batches runs idle ones (a zero loss) until every rank is done.
+
+The learner reaches the model through one FSDP forward method (`SCORE_METHOD`) on the root,
+always in the unshared layout (prompt + continuation in one forward): the root's hooks then
+gather the embedding, final norm and (tied) head, and every micro-batch is exactly one forward
+of every layer on every rank. The shared-prompt layout reuses a KV cache across two forwards,
+which FSDP's per-forward gather / free does not track. See docs/fsdp.md.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from rlyard.algos import token_weights
+from rlyard.train.logprobs import GroupLogprobs, backbone_and_head, unshared_continuation_logprobs
+
+SCORE_METHOD = "rlyard_logprobs"  # the root's FSDP forward method the learner calls
+
+
+def init_process_group(backend: str | None = None, timeout_s: float = 600.0) -> dist.ProcessGroup:
+    """The default group from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun sets them;
+    a Ray actor group sets them itself). nccl when CUDA is there, else gloo; with nccl the rank's
+    device is LOCAL_RANK (0 when each process sees one GPU, as a Ray actor with num_gpus=1 does)."""
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend, init_method="env://", rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timedelta(seconds=timeout_s))
+    return dist.group.WORLD
+
+
+def device_mesh(group: dist.ProcessGroup | None = None):
+    """A 1-D DeviceMesh over the group's ranks, on CUDA with nccl and on the CPU with gloo."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+    group = group or dist.group.WORLD
+    if group is dist.group.WORLD:
+        return init_device_mesh(_device(group).type, (dist.get_world_size(),))
+    return DeviceMesh.from_group(group, _device(group).type)
+
+
+def shard_model(model: nn.Module, mesh=None, mixed_precision: bool = False,
+                reshard_after_forward: bool = True) -> nn.Module:
+    """FSDP2 over `model` (a transformers causal LM, or a peft model around one), in place.
+
+    One unit per decoder layer (its LoRA factors included), then the root, which holds the
+    embedding, final norm and head (tied or not, they share one gather). Frozen parameters (a
+    LoRA base) are sharded too and get no gradient. `mixed_precision`: bf16 parameters in the
+    forward and backward, fp32 gradient reduction (GPU; the fp32 master weights stay sharded).
+    Build the Learner (its optimizer) after this: it must see the sharded parameters.
+    """
+    # Imported here: torch.distributed.fsdp and .checkpoint take seconds to import, and every
+    # single-process run imports the learner.
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+    mesh = mesh or device_mesh()
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed_precision else MixedPrecisionPolicy()
+    body, _head = backbone_and_head(model)
+    for layer in body.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=policy)  # the root keeps its parameters gathered from forward to backward
+
+    def logprobs(*args, **kwargs):
+        out = unshared_continuation_logprobs(model, *args, **kwargs)
+        # Lists of tensors, so that FSDP hooks their backward; copies, not views of one tensor (a view
+        # that is later changed in place would lose the hook).
+        return [t.clone() for t in out.logprobs], [t.clone() for t in out.entropies], out.hidden and [t.clone() for t in out.hidden]
+
+    setattr(model, SCORE_METHOD, logprobs)
+    register_fsdp_forward_method(model, SCORE_METHOD)
+    sum_gradients(model)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether FSDP wraps the model (without importing FSDP: a model cannot be sharded before it is)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
+
+
+def sum_gradients(model: nn.Module) -> None:
+    """Reduce-scatter as a plain sum: the learner's weights already divide by the whole batch.
+    (A sum-only reduction also avoids AVG / PREMUL_SUM, which gloo lacks.)"""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+
+
+def sharded_logprobs(model: nn.Module, prefix: list[int], continuations: list[list[int]], masks: list[list[int]],
+                     temperature: float = 1.0, **options) -> GroupLogprobs:
+    """`continuation_logprobs` of a model from `shard_model`, through the root's FSDP forward."""
+    if not hasattr(model, SCORE_METHOD):
+        raise ValueError("the model is an FSDP module but not from rlyard.train.fsdp.shard_model: the learner needs its forward method")
+    logprobs, entropies, hidden = getattr(model, SCORE_METHOD)(prefix, continuations, masks, temperature, **options)
+    return GroupLogprobs(logprobs, entropies, hidden)
+
+
+def global_token_weights(lengths: list[int], group_ids: list[str], mode: str, constant: float | None,
+                         group: dist.ProcessGroup) -> list[float]:
+    """This rank's share of `token_weights` over the whole batch (every rank's sequences)."""
+    shares: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(shares, (list(lengths), list(group_ids)), group=group)
+    all_lengths = [n for share_lengths, _ in shares for n in share_lengths]
+    all_groups = [g for _, share_groups in shares for g in share_groups]
+    weights = token_weights(all_lengths, all_groups, mode, constant)
+    start = sum(len(share_lengths) for share_lengths, _ in shares[: dist.get_rank(group)])
+    return weights[start : start + len(lengths)]
+
+
+def max_count(count: int, group: dist.ProcessGroup) -> int:
+    """The largest count over the ranks (micro-batches: every rank runs that many forwards)."""
+    value = torch.tensor([count], dtype=torch.int64, device=_device(group))
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return int(value.item())
+
+
+def reduce_sums(values: dict[str, float], group: dist.ProcessGroup, maxima: tuple[str, ...] = ()) -> dict[str, float]:
+    """Per-rank sums added over the ranks (float64), the keys in `maxima` maximised instead."""
+    keys = list(values)
+    sums = torch.tensor([0.0 if k in maxima else values[k] for k in keys], dtype=torch.float64, device=_device(group))
+    highs = torch.tensor([values[k] if k in maxima else -float("inf") for k in keys], dtype=torch.float64, device=_device(group))
+    dist.all_reduce(sums, group=group)
+    dist.all_reduce(highs, op=dist.ReduceOp.MAX, group=group)
+    return {k: float(highs[j] if k in maxima else sums[j]) for j, k in enumerate(keys)}
+
+
+def full_value(value: torch.Tensor) -> float:
+    """A scalar that may be a DTensor (clip_grad_norm_ over sharded gradients: the global norm)."""
+    if hasattr(value, "full_tensor"):  # a DTensor
+        value = value.full_tensor()
+    return float(value)
+
+
+def full_state_dict(model: nn.Module, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+    """The whole model's state dict, gathered on CPU on rank 0 ({} on the other ranks), keyed as
+    `model.state_dict()` (peft's `base_model.model.` prefix included). A collective: every rank
+    must call it. `trainable_only`: only the parameters that train (a LoRA adapter)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
+    return get_model_state_dict(model, options=options)
+
+
+def merged_full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What a rollout engine loads (`engine.update_weights`), gathered on rank 0 ({} elsewhere):
+    the plain model's weights, with LoRA merged (W + scale * B @ A) as `lora.merged_weights` does."""
+    state = full_state_dict(model)
+    if not state or not hasattr(model, "peft_config"):
+        return state
+    config = model.peft_config[model.active_adapter]
+    scale = config.lora_alpha / config.r  # rlyard's add_lora: no rslora, one adapter
+    prefix, adapter = "base_model.model.", model.active_adapter
+    merged = {}
+    for key, value in state.items():
+        if ".lora_" in key:
+            continue
+        name = key.removeprefix(prefix).replace(".base_layer.", ".")
+        stem = key.removesuffix(".base_layer.weight")
+        if key.endswith(".base_layer.weight") and f"{stem}.lora_A.{adapter}.weight" in state:
+            lora_a, lora_b = state[f"{stem}.lora_A.{adapter}.weight"], state[f"{stem}.lora_B.{adapter}.weight"]
+            value = value.clone().addmm_(lora_b.to(value.dtype), lora_a.to(value.dtype), alpha=scale)
+        merged[name] = value
+    return merged
+
+
+def _device(group: dist.ProcessGroup) -> torch.device:
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
