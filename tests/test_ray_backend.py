@@ -209,6 +209,14 @@ def test_remote_environments_grade_in_the_grader_actor(local_ray):
         ray.kill(grader)
 
 
+def test_a_bundle_no_node_can_hold_is_refused_at_once(local_ray, tiny_model_dir, tmp_path):
+    config = ray_config(tiny_model_dir, tmp_path, "orchestrate.ray.learner_gpus=1")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"the learner actor asks for \{'CPU': 0.5, 'GPU': 1.0\}, more than any node"):
+        train(config, tmp_path / "run")
+    assert time.monotonic() - started < 30  # not the placement group's 600 s wait
+
+
 def test_refused_with_an_openai_engine(tiny_model_dir, tmp_path):
     config = ray_config(tiny_model_dir, tmp_path, "rollout.engine=openai", "rollout.base_url=http://127.0.0.1:9/v1")
     with pytest.raises(ConfigError, match="the server already is the rollout fleet"):

@@ -53,6 +53,32 @@ def check_supported(config: RunConfig) -> None:
                           "would need vLLM's NCCL weight transfer between the actors (planned); set model.lora.enabled=true")
 
 
+def check_fits(config: RunConfig, nodes: list[dict[str, float]]) -> None:
+    """Refuse at once a bundle that no node of the cluster could ever hold (e.g. GPUs asked of a
+    CPU-only cluster), rather than waiting for resources that will not come."""
+    for index, wanted in enumerate(bundles(config)):
+        if not any(all(node.get(key, 0.0) >= amount for key, amount in wanted.items()) for node in nodes):
+            role = "learner" if index == 0 else "rollout" if index <= config.orchestrate.ray.rollout_workers else "grader"
+            largest = {key: max(node.get(key, 0.0) for node in nodes) for key in ("CPU", "GPU")}
+            raise ConfigError(f"orchestrate.ray: the {role} actor asks for {wanted}, more than any node of the cluster has "
+                              f"(the largest has CPU {largest['CPU']:g}, GPU {largest['GPU']:g}); lower orchestrate.ray."
+                              f"{role}_cpus / {role}_gpus or add such a node")
+
+
+def wait_for(ray, group, config: RunConfig, timeout_s: float = 600.0, every_s: float = 30.0) -> None:
+    """Wait for the placement group (a cluster may be scaling up or busy), saying so every 30 s."""
+    waited = 0.0
+    while waited < timeout_s:
+        ready, _ = ray.wait([group.ready()], timeout=every_s)
+        if ready:
+            return
+        waited += every_s
+        print(f"[rlyard] ray: waiting {waited:.0f} s for the placement group {bundles(config)} "
+              f"(strategy {config.orchestrate.ray.placement_strategy}); the cluster has {ray.available_resources()} free", flush=True)
+    raise ConfigError(f"orchestrate.ray: the cluster did not grant the placement group {bundles(config)} "
+                      f"(strategy {config.orchestrate.ray.placement_strategy}) within {timeout_s:.0f} s")
+
+
 def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
     """Launch the actors, run the loop in the learner actor, and take everything down after."""
     ray = import_ray()
@@ -74,11 +100,9 @@ def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        check_fits(config, [node["Resources"] for node in ray.nodes() if node["Alive"]])
         group = placement_group(bundles(config), strategy=r.placement_strategy, name=f"{namespace}-run")
-        ready, _ = ray.wait([group.ready()], timeout=600)
-        if not ready:
-            raise ConfigError(f"orchestrate.ray: the cluster cannot hold the placement group {bundles(config)} "
-                              f"(strategy {r.placement_strategy}); it has {ray.cluster_resources()}")
+        wait_for(ray, group, config)
 
         def place(index: int, resources: dict[str, float], name: str, cls, restarts: int, concurrency: int):
             options = {"num_cpus": resources.get("CPU", 0.0), "num_gpus": resources.get("GPU", 0.0), "name": name,
