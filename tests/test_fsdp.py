@@ -57,7 +57,7 @@ class Case:
     split: str
     shares: list[list[Trajectory]]  # per rank
     advantages: list[list[float]]  # per rank
-    options: dict  # more AlgoConfig fields
+    options: dict  # more AlgoConfig fields; "bf16": FSDP's mixed precision instead
 
     @property
     def name(self) -> str:
@@ -75,7 +75,8 @@ def build_model(vocab_size: int, lora: bool):
 def make_learner(model, case: Case, clip: float = CLIP) -> Learner:
     # GRPO's defaults (ppo_clip, lr, one epoch, one minibatch) but a clip that always acts, so that a
     # clip by one rank's own norm would show in the gradients
-    return Learner(model, AlgoConfig(lr=LR, max_grad_norm=clip, loss_agg=case.loss_agg, **case.options), T, micro_batch_size=2)
+    options = {k: v for k, v in case.options.items() if k != "bf16"}
+    return Learner(model, AlgoConfig(lr=LR, max_grad_norm=clip, loss_agg=case.loss_agg, **options), T, micro_batch_size=2)
 
 
 def train(learner: Learner, batch: list[Trajectory], advantages: list[float]) -> dict[str, float]:
@@ -102,7 +103,7 @@ def run_rank(rank: int, port: int, vocab_size: int, cases: list[Case], out_dir: 
     fsdp.init_process_group("gloo")
     try:
         for k, case in enumerate(cases):
-            model = fsdp.shard_model(build_model(vocab_size, case.lora))
+            model = fsdp.shard_model(build_model(vocab_size, case.lora), mixed_precision=case.options.get("bf16", False))
             learner = make_learner(model, case)
             metrics = train(learner, case.shares[rank], case.advantages[rank])
             grads = full_grads(model)
@@ -161,6 +162,8 @@ CASES += [(True, "token-mean", "uneven", {}), (True, "seq-mean-token-mean", "idl
           (False, "seq-mean-token-mean", "uneven", {}), (False, "token-mean", "idle", {}), (False, "token-mean", "empty", {})]
 # the KL term's reference forwards, and the scoring pass (TIS over two epochs), in step across ranks
 CASES += [(True, "token-mean", "uneven", {"kl_coef": 0.05, "tis_cap": 2.0, "ppo_epochs": 2})]
+# bf16 parameters in forward and backward, fp32 reduction (the GPU policy; it runs on the CPU too)
+CASES += [(False, "token-mean", "uneven", {"bf16": True})]
 
 
 def make_cases(trajs, advantages, idle_advantages) -> list[Case]:
@@ -190,6 +193,14 @@ def test_two_ranks_take_the_single_process_step(tmp_path, tokenizer, batch):
         state = model.state_dict()
 
         assert set(got["grads"]) == set(grads), case.name
+        if case.options.get("bf16"):  # the fp32 single process, to bf16 precision (measured: 1% of the largest entry)
+            scale = max(g.abs().max().item() for g in grads.values())
+            grad_diff = max((got["grads"][n] - g).abs().max().item() for n, g in grads.items())
+            assert grad_diff <= 0.05 * scale and all(got["grads"][n].dtype == torch.float32 for n in grads), case.name
+            assert got["metrics"]["loss/grad_norm"] == pytest.approx(expected["loss/grad_norm"], rel=1e-2), case.name
+            report.append(f"{case.name}: max |grad diff| {grad_diff:.2e} (largest grad {scale:.2e}), grad norm "
+                          f"{got['metrics']['loss/grad_norm']:.5f} vs {expected['loss/grad_norm']:.5f} in fp32")
+            continue
         scale = max(g.abs().max().item() for g in grads.values())
         grad_diff = max((got["grads"][n] - g).abs().max().item() for n, g in grads.items())
         assert grad_diff <= GRAD_RTOL * scale, (case.name, grad_diff, scale)
