@@ -108,9 +108,11 @@ def run_rank(rank: int, port: int, vocab_size: int, cases: list[Case], out_dir: 
             metrics = train(learner, case.shares[rank], case.advantages[rank])
             grads = full_grads(model)
             state = fsdp.full_state_dict(model)
-            merged = fsdp.merged_full_weights(model) if case.lora else {}
+            rollout = fsdp.rollout_weights(model)
+            adapter = fsdp.rollout_weights(model, takes_adapter=True) if case.lora else {}
             if rank == 0:
-                torch.save({"metrics": metrics, "grads": grads, "state": state, "merged": merged}, os.path.join(out_dir, f"{k}.pt"))
+                torch.save({"metrics": metrics, "grads": grads, "state": state, "rollout": rollout, "adapter": adapter},
+                           os.path.join(out_dir, f"{k}.pt"))
     finally:
         torch.distributed.destroy_process_group()
 
@@ -127,6 +129,23 @@ def naive_step(vocab_size: int, case: Case) -> tuple[dict[str, torch.Tensor], fl
     mean = {n: sum(grads[n] for grads in per_share) / len(per_share) for n in per_share[0]}
     norm = torch.sqrt(sum((g ** 2).sum() for g in mean.values())).item()
     return {n: g * min(1.0, CLIP / (norm + 1e-6)) for n, g in mean.items()}, norm
+
+
+def check_rollout_weights(got: dict, vocab_size: int, case: Case) -> None:
+    """The weights for the engines are exactly what push_weights takes from an unsharded model
+    holding the gathered state (which is compared with the single process's above)."""
+    from rlyard.models.lora import merged_weights, trainable_state_dict
+
+    model = build_model(vocab_size, case.lora)
+    missing, unexpected = model.load_state_dict(got["state"], strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied to the embedding
+    if case.lora:
+        expected = {"rollout": merged_weights(model), "adapter": trainable_state_dict(model)}
+    else:
+        expected = {"rollout": {name: p.detach() for name, p in model.named_parameters()}}
+    for kind, weights in expected.items():
+        assert set(got[kind]) == set(weights), (case.name, kind)
+        assert all(torch.equal(got[kind][n], w) for n, w in weights.items()), (case.name, kind)
 
 
 def free_port() -> int:
@@ -227,12 +246,7 @@ def test_two_ranks_take_the_single_process_step(tmp_path, tokenizer, batch):
                     "train/skipped_sequences", "train/logprob_mismatch", "train/logprob_mismatch_max"):
             assert got["metrics"][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), (case.name, key)
         assert expected["loss/grad_norm"] > 2 * CLIP  # the clip scaled the gradients compared above
-        if case.lora:
-            from rlyard.models.lora import merged_weights
-
-            reference = merged_weights(model)
-            assert set(reference) <= set(got["merged"])
-            assert max((got["merged"][n] - w).abs().max().item() for n, w in reference.items()) <= PARAM_ATOL
+        check_rollout_weights(got, vocab_size, case)
         report.append(f"{case.name}: max |grad diff| {grad_diff:.2e} (largest grad {scale:.2e}); max |param diff| {param_diff:.2e}, "
                       f"{signal_diff:.2e} where |grad| >= {NOISE_GRAD:g}{gaps}")
     print("\n".join(report))

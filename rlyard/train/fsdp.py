@@ -158,25 +158,31 @@ def full_state_dict(model: nn.Module, trainable_only: bool = False) -> dict[str,
     return get_model_state_dict(model, options=options)
 
 
-def merged_full_weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    """What a rollout engine loads (`engine.update_weights`), gathered on rank 0 ({} elsewhere):
-    the plain model's weights, with LoRA merged (W + scale * B @ A) as `lora.merged_weights` does."""
-    state = full_state_dict(model)
-    if not state or not hasattr(model, "peft_config"):
-        return state
-    config = model.peft_config[model.active_adapter]
-    scale = config.lora_alpha / config.r  # rlyard's add_lora: no rslora, one adapter
-    prefix, adapter = "base_model.model.", model.active_adapter
+def rollout_weights(model: nn.Module, takes_adapter: bool = False) -> dict[str, torch.Tensor]:
+    """What `orchestrate.setup.push_weights` gives a rollout engine for an unsharded model, here
+    gathered on rank 0 ({} on the others; a collective): with LoRA the adapter in peft's format
+    when the engine `takes_adapter` (`lora.trainable_state_dict`), else the merged LoRA linears,
+    W + scale * B @ A keyed as in the plain model (`lora.merged_weights`); every parameter
+    without LoRA (`named_parameters`, a tied head once)."""
+    peft = hasattr(model, "peft_config")
+    state = full_state_dict(model, trainable_only=peft and takes_adapter)
+    if not state:
+        return {}
+    if not peft:
+        return {name: state[name] for name, _ in model.named_parameters()}
+    if takes_adapter:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(model, state_dict=state, save_embedding_layers=False)
+    adapter = model.active_adapter
+    scale = model.peft_config[adapter].lora_alpha / model.peft_config[adapter].r  # add_lora: no rslora, no patterns
     merged = {}
-    for key, value in state.items():
-        if ".lora_" in key:
-            continue
-        name = key.removeprefix(prefix).replace(".base_layer.", ".")
+    for key, weight in state.items():
         stem = key.removesuffix(".base_layer.weight")
         if key.endswith(".base_layer.weight") and f"{stem}.lora_A.{adapter}.weight" in state:
             lora_a, lora_b = state[f"{stem}.lora_A.{adapter}.weight"], state[f"{stem}.lora_B.{adapter}.weight"]
-            value = value.clone().addmm_(lora_b.to(value.dtype), lora_a.to(value.dtype), alpha=scale)
-        merged[name] = value
+            merged[f"{stem.removeprefix('base_model.model.')}.weight"] = weight.clone().addmm_(
+                lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=scale)
     return merged
 
 
