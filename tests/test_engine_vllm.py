@@ -135,3 +135,16 @@ def test_full_weights_on_cpu_are_refused_with_the_fix():
         build_vllm_engine(config, load_model("embedded"), None, train=True)
     with pytest.raises(VLLMEngineError, match="no weight-transfer backend"):
         VLLMEngine(str(embedded_model_dir()), load_model("embedded"), lora_rank=None)  # refused before vLLM starts
+
+
+def test_init_from_base_is_written_as_a_plain_model(policy, tmp_path):
+    """model.init_from: vLLM loads the learner's starting weights from a folder; the adapter's
+    wrapping (base_layer, lora_*) must not leak into it."""
+    from transformers import AutoModelForCausalLM
+
+    from rlyard.engines.vllm_engine import save_base_model
+
+    save_base_model(policy, tmp_path)
+    written, original = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict(), load_model("embedded").state_dict()
+    assert set(written) == set(original)
+    assert all(torch.equal(written[key], original[key]) for key in original)

@@ -339,22 +339,27 @@ def build_vllm_engine(config, model, tokenizer, train: bool) -> VLLMEngine:
     dtype = rollout.dtype or config.model.dtype
     options = dict(rollout.engine_options)
     try:
-        return VLLMEngine(engine_model_path(config, tokenizer), model, dtype=dtype, seed=config.train.seed,
+        return VLLMEngine(engine_model_path(config, model, tokenizer), model, dtype=dtype, seed=config.train.seed,
                           lora_rank=config.model.lora.rank if lora else None, engine_options=options)
     except VLLMEngineError as error:
         raise ConfigError(str(error)) from None
 
 
-def engine_model_path(config, tokenizer) -> str:
+def engine_model_path(config, model, tokenizer) -> str:
     """A folder or id vLLM can load holding the run's starting weights: `model.name`, or with
-    `model.init_from` those weights written once to a temporary folder."""
+    `model.init_from` the learner's starting weights (its base, without the fresh adapter)
+    written once to a temporary folder."""
     if config.model.init_from is None:
         return resolve_model_path(config.model.name)
-    from rlyard.orchestrate.setup import initial_model
-
     folder = Path(tempfile.mkdtemp(prefix="rlyard-vllm-base-"))
     atexit.register(shutil.rmtree, folder, True)
-    base = initial_model(config.model.model_copy(update={"device": "cpu"}))
-    base.save_pretrained(folder)
+    save_base_model(model, folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def save_base_model(model, folder: Path) -> None:
+    """The weights under a peft adapter (or the model itself) as a plain HF model folder."""
+    base = model.get_base_model() if is_peft(model) else model
+    state = {key.replace(".base_layer.", "."): value for key, value in base.state_dict().items() if ".lora_" not in key}
+    base.save_pretrained(folder, state_dict=state)
