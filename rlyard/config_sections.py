@@ -192,8 +192,9 @@ class RayConfig(Strict):
     rollout_gpus: float = Field(0.0, ge=0.0)
     graders: int = Field(1, ge=0)  # grader actors hosting the environments (sandboxes, verifiers); 0 = inside the rollout actors
     grader_cpus: float = Field(1.0, ge=0.0)
-    learner_cpus: float = Field(1.0, ge=0.0)
-    learner_gpus: float = Field(0.0, ge=0.0)
+    learners: int = Field(1, ge=1)  # learner actors: the data-parallel ranks of one FSDP2 learner (docs/fsdp.md)
+    learner_cpus: float = Field(1.0, ge=0.0)  # per learner actor
+    learner_gpus: float = Field(0.0, ge=0.0)  # per learner actor (one GPU a rank)
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     max_actor_restarts: int = Field(4, ge=0)  # per actor: restarts by Ray before the run gives up
     namespace: str | None = None  # Ray namespace of the run's actors (None: rlyard-<run name>-<pid>)

@@ -221,3 +221,30 @@ def test_refused_with_an_openai_engine(tiny_model_dir, tmp_path):
     config = ray_config(tiny_model_dir, tmp_path, "rollout.engine=openai", "rollout.base_url=http://127.0.0.1:9/v1")
     with pytest.raises(ConfigError, match="the server already is the rollout fleet"):
         train(config, tmp_path / "run")
+
+
+def test_a_learner_over_two_ranks_takes_the_single_learners_steps(local_ray, tiny_model_dir, tmp_path):
+    """orchestrate.ray.learners=2: an FSDP2 learner over two actors (gloo on the CPU). Same seed,
+    same rollouts: its losses, its rewards and its checkpointed adapter equal the one-rank run's."""
+    import torch
+
+    runs = {}
+    for ranks in (1, 2):
+        run_dir = tmp_path / f"ranks{ranks}"
+        config = ray_config(tiny_model_dir, run_dir, "model.lora.enabled=true", "model.lora.rank=4", "algo.lr=5e-2",
+                            "eval.size=0", "orchestrate.ray.graders=0", "orchestrate.ray.rollout_workers=1",
+                            f"orchestrate.ray.learners={ranks}", "orchestrate.ray.learner_cpus=0.5")
+        assert train(config, run_dir).steps == 3
+        runs[ranks] = (check_run(run_dir, config, 3), torch.load(run_dir / "checkpoints" / "step_000003" / "weights.pt"))
+    (one, one_weights), (two, two_weights) = runs[1], runs[2]
+    for a, b in zip(one, two):
+        assert b["reward/mean"] == pytest.approx(a["reward/mean"], abs=1e-6)  # step 2 and 3 sampled by equal weights
+        for key in ("loss/policy", "loss/grad_norm", "train/tis_weight_mean"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    assert one_weights.keys() == two_weights.keys()
+    # Adam divides by sqrt(v): where a gradient is ~1e-10, rounding moves that entry by up to lr
+    # (docs/fsdp.md), so the bound is on the mean and a fraction of lr on the largest
+    diffs = torch.cat([(one_weights[k] - two_weights[k]).abs().flatten() for k in one_weights])
+    print(f"[two ranks] adapter after 3 steps: max |diff| {float(diffs.max()):.2e}, mean {float(diffs.mean()):.2e}")
+    assert float(diffs.max()) < 5e-4 and float(diffs.mean()) < 1e-6
+    assert (tmp_path / "ranks2" / "checkpoints" / "step_000003" / "adapter" / "adapter_config.json").exists()

@@ -55,7 +55,7 @@ def load_trainable_state_dict(model, state: dict[str, torch.Tensor]) -> None:
         model.load_state_dict(state)
 
 
-def save_adapter(model, folder: Path) -> None:
+def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
     """The adapter in peft's own format (adapter_config.json + adapter_model.safetensors), the one
     `PeftModel.from_pretrained` and vLLM's LoRA support read; weights.pt is rlyard's resume format.
 
@@ -67,7 +67,8 @@ def save_adapter(model, folder: Path) -> None:
     base = config.base_model_name_or_path
     if base and Path(base).exists():
         config.base_model_name_or_path = str(Path(base).resolve())
-    model.save_pretrained(folder, save_embedding_layers=False)
+    # state_dict: a sharded model's adapter, gathered in model.state_dict()'s keys (train/checkpoint.py)
+    model.save_pretrained(folder, save_embedding_layers=False, **({"state_dict": state_dict} if state_dict is not None else {}))
 
 
 @torch.no_grad()

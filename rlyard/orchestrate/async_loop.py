@@ -24,8 +24,8 @@ from rlyard.orchestrate.targets import compute_advantages
 from rlyard.orchestrate.workers import RolloutPool, SharedEngine
 
 
-def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=None) -> RunResult:
-    with Run(config, run_dir, resume, engine) as run:
+def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=None, followers: list = ()) -> RunResult:
+    with Run(config, run_dir, resume, engine, followers) as run:
         c = run.c
         if not hasattr(c.engine, "play_groups"):  # a Ray fleet's actors share their engines themselves
             c.engine = SharedEngine(c.engine)

@@ -18,12 +18,8 @@ from pathlib import Path
 
 from rlyard.config import RunConfig
 from rlyard.envs.base import Family, StepResult
+from rlyard.orchestrate.ray_fleet import takes_adapter
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
-
-
-def takes_adapter(config: RunConfig) -> bool:
-    """Rollout actors that get the LoRA adapter's weights each step (a few MB) instead of the merged model."""
-    return config.rollout.engine == "vllm" and config.model.lora.enabled
 
 
 def actor_config(config_data: dict, cpus: float) -> RunConfig:
@@ -191,17 +187,75 @@ class RolloutActor:
 
 
 class LearnerActor:
-    """The learner: runs the run's ordinary sync or async loop, with the rollout actors as its engine."""
+    """The learner: rank 0 runs the run's ordinary sync or async loop, with the rollout actors as
+    its engine; with `orchestrate.ray.learners` > 1 the other ranks follow it (ray_learners.py)."""
 
-    def __init__(self, config_data: dict, rollout_actors: list, graders: list, namespace: str):
+    def __init__(self, config_data: dict, rollout_actors: list, graders: list, namespace: str, rank: int = 0, world: int = 1):
         self.config = RunConfig.model_validate(config_data)
         self.rollout_actors, self.graders, self.namespace = rollout_actors, graders, namespace
+        self.rank, self.world, self.c = rank, world, None
 
-    def train(self, run_dir: str, resume: bool):
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0's address and a free port for the process group."""
+        import socket
+
+        import ray
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            return ray.util.get_node_ip_address(), probe.getsockname()[1]
+
+    def join(self, address: str, port: int) -> None:
+        """Enter the FSDP2 process group (every rank at once: it returns when all have joined)."""
+        import os
+
+        from rlyard.train import fsdp
+
+        os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), MASTER_ADDR=address, MASTER_PORT=str(port))
+        fsdp.init_process_group()
+
+    def prepare(self) -> None:
+        """A follower's own sharded model and learner, built as rank 0 builds its own (same seed)."""
+        from rlyard.orchestrate.setup import build
+
+        self.c = build(self.config, engine=IdleEngine(), shard=True)
+
+    def score(self, share):
+        return self.c.learner.score(share)
+
+    def train_step(self, share, advantages, step, scores, returns) -> None:
+        self.c.learner.train_step(share, advantages, step, scores, returns)
+
+    def rollout_weights(self, takes_adapter: bool) -> None:
+        from rlyard.train import fsdp
+
+        fsdp.rollout_weights(self.c.model, takes_adapter=takes_adapter)
+
+    def gather_checkpoint(self, lora: bool) -> None:
+        from rlyard.orchestrate.ray_learners import gather_checkpoint
+
+        gather_checkpoint(self.c.model, self.c.learner.optimizer, lora)
+
+    def train(self, run_dir: str, resume: bool, followers: list = ()):
         from rlyard.orchestrate.async_loop import train_async
         from rlyard.orchestrate.ray_fleet import RayFleet
         from rlyard.orchestrate.sync_loop import train_sync
 
+        import ray
+
+        ray.get([follower.prepare.remote() for follower in followers])
         fleet = RayFleet(self.rollout_actors, self.config, self.graders)
         loop = train_async if self.config.orchestrate.mode == "async" else train_sync
-        return loop(self.config, Path(run_dir), resume, engine=fleet)
+        return loop(self.config, Path(run_dir), resume, engine=fleet, followers=list(followers))
+
+
+class IdleEngine:
+    """A follower rank's engine: it never samples (rank 0's fleet does)."""
+
+    policy_version = 0
+
+    def generate(self, prompts, params, n: int = 1):
+        raise RuntimeError("a follower learner rank does not sample")
+
+    def update_weights(self, version: int, state_dict: dict | None = None) -> None:
+        self.policy_version = version

@@ -38,13 +38,24 @@ def bundle(cpus: float, gpus: float) -> dict[str, float]:
 
 
 def bundles(config: RunConfig) -> list[dict[str, float]]:
-    """Learner, rollout actors, grader actors: the placement group's bundles in that order."""
+    """Learner ranks, rollout actors, grader actors: the placement group's bundles in that order."""
     r = config.orchestrate.ray
-    return ([bundle(r.learner_cpus, r.learner_gpus)] + [bundle(r.rollout_cpus, r.rollout_gpus)] * r.rollout_workers
+    return ([bundle(r.learner_cpus, r.learner_gpus)] * r.learners + [bundle(r.rollout_cpus, r.rollout_gpus)] * r.rollout_workers
             + [bundle(r.grader_cpus, 0.0)] * r.graders)
 
 
-def check_supported(config: RunConfig) -> None:
+def role_of(config: RunConfig, index: int) -> str:
+    r = config.orchestrate.ray
+    return "learner" if index < r.learners else "rollout" if index < r.learners + r.rollout_workers else "grader"
+
+
+def check_supported(config: RunConfig, resume: bool = False) -> None:
+    r = config.orchestrate.ray
+    if r.learners > 1 and resume:
+        raise ConfigError(f"orchestrate.ray.learners={r.learners}: resuming a learner sharded over several ranks is not built "
+                          "yet (its checkpoints load for rlyard eval / export); resume with orchestrate.ray.learners=1")
+    if r.learners > 1 and config.algo.advantage == "gae":
+        raise ConfigError("orchestrate.ray.learners > 1 with algo.advantage=gae: the critic is not sharded yet (docs/fsdp.md)")
     if config.rollout.engine == "openai":
         raise ConfigError("orchestrate.backend=ray with rollout.engine=openai: the server already is the rollout fleet; "
                           "use orchestrate.backend=local (docs/engines.md)")
@@ -58,7 +69,7 @@ def check_fits(config: RunConfig, nodes: list[dict[str, float]]) -> None:
     CPU-only cluster), rather than waiting for resources that will not come."""
     for index, wanted in enumerate(bundles(config)):
         if not any(all(node.get(key, 0.0) >= amount for key, amount in wanted.items()) for node in nodes):
-            role = "learner" if index == 0 else "rollout" if index <= config.orchestrate.ray.rollout_workers else "grader"
+            role = role_of(config, index)
             largest = {key: max(node.get(key, 0.0) for node in nodes) for key in ("CPU", "GPU")}
             raise ConfigError(f"orchestrate.ray: the {role} actor asks for {wanted}, more than any node of the cluster has "
                               f"(the largest has CPU {largest['CPU']:g}, GPU {largest['GPU']:g}); lower orchestrate.ray."
@@ -82,7 +93,7 @@ def wait_for(ray, group, config: RunConfig, timeout_s: float = 600.0, every_s: f
 def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
     """Launch the actors, run the loop in the learner actor, and take everything down after."""
     ray = import_ray()
-    check_supported(config)
+    check_supported(config, resume)
     r = config.orchestrate.ray
     namespace = r.namespace or f"rlyard-{config.name}-{os.getpid()}"
     started_here = not ray.is_initialized()
@@ -115,17 +126,22 @@ def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
 
         data = config.model_dump(mode="json")
         layout = bundles(config)
-        first_grader = 1 + r.rollout_workers
+        first_rollout, first_grader = r.learners, r.learners + r.rollout_workers
         concurrency = max(4, config.orchestrate.workers + 2)  # the learner's rollout threads, plus updates and probes
         graders = [place(first_grader + k, layout[first_grader + k], f"grader-{k}", GraderActor, r.max_actor_restarts,
                          16 * concurrency).remote(data, r.grader_cpus) for k in range(r.graders)]
-        rollouts = [place(1 + k, layout[1 + k], f"rollout-{k}", RolloutActor, r.max_actor_restarts,
+        rollouts = [place(first_rollout + k, layout[first_rollout + k], f"rollout-{k}", RolloutActor, r.max_actor_restarts,
                           concurrency).remote(data, r.rollout_cpus, graders) for k in range(r.rollout_workers)]
-        learner = place(0, layout[0], "learner", LearnerActor, 0, 1).remote(data, rollouts, graders, namespace)
-        actors = [learner, *rollouts, *graders]
-        print(f"[rlyard] ray: {r.rollout_workers} rollout actor(s), {r.graders} grader actor(s) and the learner in "
-              f"namespace {namespace} (placement {r.placement_strategy}); the learner writes {run_dir}", flush=True)
-        return ray.get(learner.train.remote(str(run_dir.resolve()), resume))
+        learners = [place(k, layout[k], "learner" if k == 0 else f"learner-{k}", LearnerActor, 0, 1).remote(
+            data, rollouts, graders, namespace, k, r.learners) for k in range(r.learners)]
+        actors = [*learners, *rollouts, *graders]
+        if r.learners > 1:  # the FSDP2 process group: every rank joins at once
+            address, port = ray.get(learners[0].rendezvous.remote())
+            ray.get([learner.join.remote(address, port) for learner in learners])
+        print(f"[rlyard] ray: {r.rollout_workers} rollout actor(s), {r.graders} grader actor(s) and the learner"
+              f"{f' over {r.learners} ranks' if r.learners > 1 else ''} in namespace {namespace} "
+              f"(placement {r.placement_strategy}); the learner writes {run_dir}", flush=True)
+        return ray.get(learners[0].train.remote(str(run_dir.resolve()), resume, learners[1:]))
     finally:
         for actor in actors:
             ray.kill(actor, no_restart=True)

@@ -25,6 +25,11 @@ from rlyard.types import SamplingParams, Task, Trajectory
 READY_TIMEOUT_S = 300.0  # how long a restarting actor may take to build its engine again
 
 
+def takes_adapter(config: RunConfig) -> bool:
+    """Rollout actors that get the LoRA adapter's weights each step (a few MB) instead of the merged model."""
+    return config.rollout.engine == "vllm" and config.model.lora.enabled
+
+
 class ActorLost(RuntimeError):
     """An actor did not come back within READY_TIMEOUT_S, or died too often."""
 
@@ -32,8 +37,6 @@ class ActorLost(RuntimeError):
 class RayFleet:
     def __init__(self, actors: list, config: RunConfig, graders: list = ()):
         import ray
-
-        from rlyard.orchestrate.ray_actors import takes_adapter
 
         self.ray, self.actors, self.graders, self.config = ray, list(actors), list(graders), config
         self.takes_adapter = takes_adapter(config)  # push_weights then sends the adapter's weights only

@@ -68,11 +68,11 @@ def run_eval(c: Components, config: RunConfig, logger: MetricsLogger | None, lab
 class Run:
     """One training run's bookkeeping; the loop itself only samples and trains."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, engine=None):
+    def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, engine=None, followers: list = ()):
         self.config, self.run_dir, self.wall_started = config, run_dir, time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / "config.yaml", dump_config(config).encode())
-        self.c = c = build(config, engine=engine)
+        self.c = c = build(config, engine=engine, shard=bool(followers), followers=followers)
         self.start_step, self.base_accuracy, self.train_seconds = 0, None, 0.0
         self.final_accuracy: float | None = None
         checkpoint = latest_checkpoint(run_dir) if resume else None
@@ -118,10 +118,12 @@ class Run:
         rows = [trajectory_row(t, self.prompt_text(t)) for t in batch]
         self.store.append(step, [row | more for row, more in zip(rows, extra)] if extra else rows)
         if (config.output.checkpoint_every and step % config.output.checkpoint_every == 0) or step == config.train.steps:
+            # a learner over several ranks gathers its sharded state on this one first
+            gathered = c.learner.gather_checkpoint(config.model.lora.enabled) if hasattr(c.learner, "gather_checkpoint") else None
             save_checkpoint(self.run_dir, step, c.model, c.learner.optimizer, {
                 "stream": c.stream.state_dict(), "policy_version": c.engine.policy_version,
                 "base_accuracy": self.base_accuracy, "train_seconds": self.train_seconds,
-            }, keep=config.output.keep_checkpoints, critic=c.learner.critic)
+            }, keep=config.output.keep_checkpoints, critic=c.learner.critic, gathered=gathered)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:

@@ -55,16 +55,23 @@ def stop_tokens(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(i for i in ids if i is not None))
 
 
-def build(config: RunConfig, train: bool = True, model=None, adapter: bool | None = None, engine: Engine | None = None) -> Components:
+def build(config: RunConfig, train: bool = True, model=None, adapter: bool | None = None, engine: Engine | None = None,
+          shard: bool = False, followers: list = ()) -> Components:
     """The run's pieces. `train=False` builds only what sampling needs (no learner, no training
     tasks); `adapter` (default: `train`) adds the LoRA adapter, e.g. to load a checkpoint into it;
-    `engine` replaces the one the config names (the Ray backend's fleet)."""
+    `engine` replaces the one the config names (the Ray backend's fleet). `shard`: this process
+    is a rank of an FSDP2 learner (its process group joined); rank 0 gets its `followers`' handles
+    and a learner that drives them (rlyard/orchestrate/ray_learners.py)."""
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     seed_everything(config.train.seed)
     tokenizer = load_tokenizer(config.model.name, config.model.chat_template)
     if model is None:
         model = policy_model(config.model, train if adapter is None else adapter)
+    if shard:
+        from rlyard.train import fsdp
+
+        model = fsdp.shard_model(model)
     family = run_family(config)
     env_seed, options = config.env.seed, config.env.options
     train_tasks = family.make_tasks("train", config.env.train_size, env_seed, **options) if train else []
@@ -74,6 +81,10 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
                       config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast],
                       total_steps=config.train.steps) if train else None
+    if followers:
+        from rlyard.orchestrate.ray_learners import GroupLearner
+
+        learner = GroupLearner(learner, followers)
     if engine is None:
         engine = config_engine(config, model, tokenizer, train)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
@@ -224,6 +235,8 @@ def push_weights(c: "Components", version: int) -> None:
     (the Ray fleet of vLLM actors), else merged LoRA weights or every weight."""
     if getattr(c.engine, "model", None) is c.model:
         weights = None
+    elif hasattr(c.learner, "rollout_weights"):  # sharded over several ranks: gathered here first
+        weights = c.learner.rollout_weights(getattr(c.engine, "takes_adapter", False))
     elif is_peft(c.model):
         weights = trainable_state_dict(c.model) if getattr(c.engine, "takes_adapter", False) else merged_weights(c.model)
     else:

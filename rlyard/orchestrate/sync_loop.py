@@ -18,9 +18,10 @@ from rlyard.orchestrate.setup import push_weights
 from rlyard.orchestrate.targets import compute_advantages
 
 
-def train_sync(config: RunConfig, run_dir: Path, resume: bool = False, engine=None) -> RunResult:
-    """`engine`: one built elsewhere (the Ray backend's fleet of rollout actors), else the config's."""
-    with Run(config, run_dir, resume, engine) as run:
+def train_sync(config: RunConfig, run_dir: Path, resume: bool = False, engine=None, followers: list = ()) -> RunResult:
+    """`engine`: one built elsewhere (the Ray backend's fleet of rollout actors), else the config's;
+    `followers`: the other ranks of a learner over several Ray actors (ray_learners.py)."""
+    with Run(config, run_dir, resume, engine, followers) as run:
         c = run.c
         for step in range(run.start_step, config.train.steps):
             step_started = time.perf_counter()

@@ -28,12 +28,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2, critic=None) -> Path:
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2, critic=None,
+                    gathered=None) -> Path:
     """Save weights (adapter or full), optimizer, RNG states and `state` (step, data position ...).
 
     A LoRA run also gets adapter/, the same adapter in peft's format, so that
     `PeftModel.from_pretrained(base, ".../step_N/adapter")` or vLLM load it without rlyard.
     `critic` (PPO's value head and its optimizer, `rlyard.train.critic.Critic`) goes to critic.pt.
+    `gathered`: a sharded model's full states, gathered on this rank (`ray_learners.Gathered`);
+    the weights files are then the same as an unsharded run's, the optimizer state is keyed by
+    parameter name.
     """
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -41,10 +45,10 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str,
     staging = root / f".staging-step_{step:06d}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    torch.save(trainable_state_dict(model), staging / "weights.pt")
+    torch.save(trainable_state_dict(model) if gathered is None else adapter_keys(model, gathered.model_state), staging / "weights.pt")
     if is_peft(model):
-        save_adapter(model, staging / "adapter")
-    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        save_adapter(model, staging / "adapter", None if gathered is None else gathered.model_state)
+    torch.save(optimizer.state_dict() if gathered is None else gathered.optimizer_state, staging / "optimizer.pt")
     if critic is not None:
         torch.save(critic.state_dict(), staging / "critic.pt")
     torch.save({**state, "step": step, "rng": rng_state()}, staging / "state.pt")
@@ -55,6 +59,15 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str,
     for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def adapter_keys(model, model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`trainable_state_dict`'s keys for a state in `model.state_dict()`'s (LoRA: peft's adapter format)."""
+    if not is_peft(model):
+        return model_state
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(model, state_dict=model_state, save_embedding_layers=False)
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
