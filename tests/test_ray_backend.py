@@ -225,7 +225,9 @@ def test_refused_with_an_openai_engine(tiny_model_dir, tmp_path):
 
 def test_a_learner_over_two_ranks_takes_the_single_learners_steps(local_ray, tiny_model_dir, tmp_path):
     """orchestrate.ray.learners=2: an FSDP2 learner over two actors (gloo on the CPU). Same seed,
-    same rollouts: its losses, its rewards and its checkpointed adapter equal the one-rank run's."""
+    same rollouts: its losses, its rewards and its checkpointed adapter equal the one-rank run's,
+    and so they do when the two-rank run stops after step 2 and resumes (sharded optimizer state
+    gathered into the checkpoint and scattered back)."""
     import torch
 
     runs = {}
@@ -233,8 +235,12 @@ def test_a_learner_over_two_ranks_takes_the_single_learners_steps(local_ray, tin
         run_dir = tmp_path / f"ranks{ranks}"
         config = ray_config(tiny_model_dir, run_dir, "model.lora.enabled=true", "model.lora.rank=4", "algo.lr=5e-2",
                             "eval.size=0", "orchestrate.ray.graders=0", "orchestrate.ray.rollout_workers=1",
-                            f"orchestrate.ray.learners={ranks}", "orchestrate.ray.learner_cpus=0.5")
-        assert train(config, run_dir).steps == 3
+                            f"orchestrate.ray.learners={ranks}", "orchestrate.ray.learner_cpus=0.5", "output.checkpoint_every=1")
+        if ranks == 2:
+            assert train(config.model_copy(update={"train": config.train.model_copy(update={"steps": 2})}), run_dir).steps == 2
+            assert train(config, run_dir, resume=True).steps == 3
+        else:
+            assert train(config, run_dir).steps == 3
         runs[ranks] = (check_run(run_dir, config, 3), torch.load(run_dir / "checkpoints" / "step_000003" / "weights.pt"))
     (one, one_weights), (two, two_weights) = runs[1], runs[2]
     for a, b in zip(one, two):

@@ -231,6 +231,11 @@ class LearnerActor:
 
         fsdp.rollout_weights(self.c.model, takes_adapter=takes_adapter)
 
+    def load_checkpoint(self, path: str) -> None:
+        from rlyard.train.checkpoint import load_sharded
+
+        load_sharded(Path(path), self.c.model, self.c.learner.optimizer)
+
     def gather_checkpoint(self, lora: bool) -> None:
         from rlyard.orchestrate.ray_learners import gather_checkpoint
 

@@ -49,11 +49,8 @@ def role_of(config: RunConfig, index: int) -> str:
     return "learner" if index < r.learners else "rollout" if index < r.learners + r.rollout_workers else "grader"
 
 
-def check_supported(config: RunConfig, resume: bool = False) -> None:
+def check_supported(config: RunConfig) -> None:
     r = config.orchestrate.ray
-    if r.learners > 1 and resume:
-        raise ConfigError(f"orchestrate.ray.learners={r.learners}: resuming a learner sharded over several ranks is not built "
-                          "yet (its checkpoints load for rlyard eval / export); resume with orchestrate.ray.learners=1")
     if r.learners > 1 and config.algo.advantage == "gae":
         raise ConfigError("orchestrate.ray.learners > 1 with algo.advantage=gae: the critic is not sharded yet (docs/fsdp.md)")
     if config.rollout.engine == "openai":
@@ -93,7 +90,7 @@ def wait_for(ray, group, config: RunConfig, timeout_s: float = 600.0, every_s: f
 def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
     """Launch the actors, run the loop in the learner actor, and take everything down after."""
     ray = import_ray()
-    check_supported(config, resume)
+    check_supported(config)
     r = config.orchestrate.ray
     namespace = r.namespace or f"rlyard-{config.name}-{os.getpid()}"
     started_here = not ray.is_initialized()

@@ -96,6 +96,14 @@ class GroupLearner:
         self.ray.get(refs)
         return weights
 
+    def load_checkpoint(self, path) -> dict:
+        from rlyard.train.checkpoint import load_checkpoint
+
+        refs = [f.load_checkpoint.remote(str(path)) for f in self.followers]
+        state = load_checkpoint(path, self.model, self.optimizer)
+        self.ray.get(refs)
+        return state
+
     def gather_checkpoint(self, lora: bool) -> Gathered:
         refs = [f.gather_checkpoint.remote(lora) for f in self.followers]
         gathered = gather_checkpoint(self.model, self.optimizer, lora)

@@ -79,7 +79,10 @@ class Run:
         if resume and checkpoint is None:
             print(f"[rlyard] no checkpoint in {run_dir}; starting from step 0")
         if checkpoint is not None:
-            state = load_checkpoint(checkpoint, c.model, c.learner.optimizer, c.learner.critic)
+            if hasattr(c.learner, "load_checkpoint"):  # a learner over several ranks: all of them load
+                state = c.learner.load_checkpoint(checkpoint)
+            else:
+                state = load_checkpoint(checkpoint, c.model, c.learner.optimizer, c.learner.critic)
             c.stream.load_state_dict(state["stream"])
             self.start_step, self.base_accuracy = state["step"], state.get("base_accuracy")
             self.train_seconds = state.get("train_seconds", 0.0)

@@ -70,6 +70,23 @@ def adapter_keys(model, model_state: dict[str, torch.Tensor]) -> dict[str, torch
     return get_peft_model_state_dict(model, state_dict=model_state, save_embedding_layers=False)
 
 
+def load_sharded(path: Path, model, optimizer=None) -> None:
+    """A checkpoint saved from gathered states, into this rank's shards (a collective: every rank
+    reads the same files and calls this at once). weights.pt holds `trainable_state_dict`'s keys;
+    the sharded model takes `model.state_dict()`'s, which for LoRA name the adapter."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    weights = torch.load(path / "weights.pt", map_location="cpu", weights_only=True)
+    if is_peft(model):
+        adapter = model.active_adapter
+        weights = {k.replace(".lora_A.", f".lora_A.{adapter}.").replace(".lora_B.", f".lora_B.{adapter}."): v for k, v in weights.items()}
+    options = StateDictOptions(full_state_dict=True, strict=not is_peft(model))
+    set_model_state_dict(model, weights, options=options)
+    if optimizer is not None:
+        state = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     pointer = Path(run_dir) / "checkpoints" / "latest"
     if not pointer.exists():
@@ -85,14 +102,20 @@ def find_checkpoint(given: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, model, optimizer=None, critic=None) -> dict[str, Any]:
-    """Restore weights, optimizer and critic in place; return the saved state (RNG already restored)."""
+    """Restore weights, optimizer and critic in place; return the saved state (RNG already restored).
+    A model sharded over several ranks loads through `load_sharded` (every rank at once)."""
     if critic is not None and not (path / "critic.pt").exists():
         raise ValueError(f"{path} has no critic.pt: it was saved by a run without a value head (algo.advantage is not gae)")
-    load_trainable_state_dict(model, torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+    from rlyard.train import fsdp
+
+    if fsdp.is_sharded(model):
+        load_sharded(path, model, optimizer)
+    else:
+        load_trainable_state_dict(model, torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+        if optimizer is not None:
+            optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
     if critic is not None:
         critic.load_state_dict(torch.load(path / "critic.pt", map_location="cpu", weights_only=True))
-    if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     set_rng_state(state["rng"])
     return state
