@@ -168,6 +168,10 @@ class VLLMEngine:
                 self._send_full_weights(state_dict)
             self.policy_version = version
 
+    def metrics(self) -> dict[str, float]:
+        """Logged with each step (the run records an engine's metrics when it has some)."""
+        return {"rollout/vllm_merged_calls": float(self.merged_calls)}
+
     def close(self) -> None:
         """Stop vLLM's engine processes (they also stop when this process exits)."""
         with self._lock:
