@@ -97,10 +97,11 @@ class _LLMSyncClient:
 
 class VLLMEngine:
     def __init__(self, model_path: str, model, *, dtype: str = "float32", seed: int = 0, lora_rank: int | None = None,
-                 engine_options: dict | None = None):
+                 engine_options: dict | None = None, updates: bool = True):
         """`model` is the learner's policy: LoRA runs send its adapter, full fine-tuning its weights
         (which is why the engine exposes it as `.model`: push_weights then passes no state dict).
-        `engine_options` are keyword arguments of `vllm.LLM` and override the engine's own."""
+        `engine_options` are keyword arguments of `vllm.LLM` and override the engine's own.
+        `updates=False` (evaluation, no learner): full weights that never change need no transfer."""
         try:
             import vllm
         except ImportError as exc:
@@ -120,7 +121,7 @@ class VLLMEngine:
         kwargs |= options
         transfer = kwargs.get("weight_transfer_config")
         self.transfer_backend = transfer.get("backend") if isinstance(transfer, dict) else getattr(transfer, "backend", None)
-        if not self.lora and self.transfer_backend not in TRANSFER_BACKENDS:
+        if updates and not self.lora and self.transfer_backend not in TRANSFER_BACKENDS:
             raise VLLMEngineError(full_weights_message(self.on_gpu))
         self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
@@ -344,7 +345,7 @@ def build_vllm_engine(config, model, tokenizer, train: bool) -> VLLMEngine:
     options = dict(rollout.engine_options)
     try:
         return VLLMEngine(engine_model_path(config, model, tokenizer), model, dtype=dtype, seed=config.train.seed,
-                          lora_rank=config.model.lora.rank if lora else None, engine_options=options)
+                          lora_rank=config.model.lora.rank if lora else None, engine_options=options, updates=train)
     except VLLMEngineError as error:
         raise ConfigError(str(error)) from None
 
