@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+$CC $CFLAGS -o target src/*.c
