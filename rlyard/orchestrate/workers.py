@@ -66,6 +66,10 @@ class SharedEngine:
     def model(self):
         return self.engine.model
 
+    def metrics(self) -> dict[str, float]:
+        """The engine's own counters (e.g. vLLM's merged calls), logged each step."""
+        return self.engine.metrics() if hasattr(self.engine, "metrics") else {}
+
     @property
     def writers_waiting(self) -> int:
         """Weight updates (or int8 packing) waiting for the forward passes in flight."""

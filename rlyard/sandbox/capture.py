@@ -52,6 +52,22 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of `pid` and all its descendants (processes that exit meanwhile count 0)."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += int(Path(f"/proc/{current}/statm").read_text().split()[1]) * PAGE
+        except (OSError, IndexError, ValueError):
+            continue
+        todo += _children(current)
+    return total
+
+
 def read_all(fd: int) -> bytes:
     os.set_blocking(fd, False)
     try:
@@ -110,6 +126,9 @@ class Capture:
                 exited_at = now
             if exited_at is not None and now - exited_at > 2.0:
                 break  # pipes held open by something outside our reach; stop waiting
+            if reason is None and self.limits.rss_bytes is not None and tree_rss(self.proc.pid) > self.limits.rss_bytes:
+                reason = "memory"
+                self.kill()
             for key, _ in sel.select(timeout=0.05):
                 if key.data == "in":
                     self._feed(sel, key.fileobj)

@@ -11,7 +11,8 @@ class Limits:
 
     wall_s: float = 30.0  # wall-clock time; the whole sandbox is killed after it
     cpu_s: int = 30  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL one second later)
-    memory_bytes: int = 1 << 30  # RLIMIT_AS per process (address space, not RSS)
+    memory_bytes: int | None = 1 << 30  # RLIMIT_AS per process (address space, not RSS); None = unlimited (ASan's shadow)
+    rss_bytes: int | None = None  # resident memory of the whole process tree, polled; the run is killed above it
     nproc: int = 64  # RLIMIT_NPROC: processes + threads of the sandbox uid
     fsize_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file a process may write (SIGXFSZ)
     nofile: int = 256  # RLIMIT_NOFILE: open file descriptors per process

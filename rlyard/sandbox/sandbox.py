@@ -54,7 +54,7 @@ class Result:
     stdout: bytes  # at most `Limits.output_bytes`
     stderr: bytes  # at most `Limits.output_bytes`
     timed_out: bool  # the wall-time limit (or `timeout_s`) was reached
-    killed_reason: str | None  # "wall_time" | "cpu_time" | "file_size" | "output_limit" | "signal" | None
+    killed_reason: str | None  # "wall_time" | "cpu_time" | "file_size" | "output_limit" | "memory" | "signal" | None
     truncated: bool  # some output beyond `output_bytes` was dropped
     duration_s: float  # wall-clock seconds from start to the end of the run
 
@@ -173,7 +173,8 @@ class Sandbox:
 
     def _inner(self, argv: list[str], lim: Limits, ident: tuple[int, int] | None) -> list[str]:
         """setpriv (as root) and prlimit in front of the command: both run inside the namespaces."""
-        rlimits = ["prlimit", f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}", f"--as={lim.memory_bytes}",
+        address_space = "unlimited" if lim.memory_bytes is None else lim.memory_bytes
+        rlimits = ["prlimit", f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}", f"--as={address_space}",
                    f"--nproc={lim.nproc}", f"--fsize={lim.fsize_bytes}", f"--nofile={lim.nofile}",
                    "--core=0", "--"]
         drop = []

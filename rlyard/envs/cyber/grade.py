@@ -1,0 +1,189 @@
+"""Grading a proof of concept: a pristine build of the target runs it in a fresh sandbox.
+
+Nothing the agent made is trusted but the PoC's bytes. The binary comes from the target's own
+sources outside the workspace, built once per process in a sandbox (`pristine_build`, keyed by
+a hash of the tree); each grading copies that build into a new folder with the PoC bytes, and
+runs `binary poc` there with fixed sanitizer options. A crash is a run that exits with the
+sanitizers' own exit code (set here, so that a program's ordinary error exit is never taken for
+one), did not time out, and left a sanitizer report; the report's sanitizer, error type and
+first project frame must be the expected ones for reward 1. The sanitizers write the report to
+a file in a folder of a random name (`log_path`), never read from the program's stderr: a
+program that echoes its input there cannot be made to print a report that counts.
+
+The PoC is read by the host from the workspace through `read_poc`: a relative path inside the
+workspace, no symbolic link on the way, a regular file, at most `max_bytes`. Anything else is a
+0 with the reason, never an error of the grader. A grader that cannot run (no compiler, the
+sandbox failing, a pristine build that does not build) is an infra failure, never a 0.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import stat
+import tempfile
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rlyard.agent.loop import cut_middle
+from rlyard.envs.cyber.report import ASAN_OPTIONS, CC, CFLAGS, UBSAN_OPTIONS, Report, parse_report
+from rlyard.envs.cyber.targets import PRIVATE, Target
+from rlyard.sandbox import Limits, Sandbox, SandboxError
+from rlyard.sandbox.fs import MOUNT_POINT
+from rlyard.types import Reward
+
+SANITIZER_EXIT = 77  # the sanitizers' exit code on a report (their default, 1, is every program's error exit)
+RUN_ENV = {"ASAN_OPTIONS": f"{ASAN_OPTIONS}:exitcode={SANITIZER_EXIT}",
+           "UBSAN_OPTIONS": f"{UBSAN_OPTIONS}:exitcode={SANITIZER_EXIT}"}
+BUILD_ENV = {"CC": CC, "CFLAGS": CFLAGS}
+# ASan reserves terabytes of address space for its shadow: RLIMIT_AS cannot bound it, so the
+# process tree's resident memory is watched instead.
+LIMITS = Limits(wall_s=60, cpu_s=60, memory_bytes=None, rss_bytes=2 << 30, output_bytes=256 << 10, fsize_bytes=64 << 20)
+BUILD_LIMITS = Limits(wall_s=300, cpu_s=300, memory_bytes=None, rss_bytes=4 << 30, output_bytes=256 << 10)
+MAX_POC_BYTES = 1 << 20
+
+_builds: dict[str, Path] = {}
+_build_locks: dict[str, threading.Lock] = {}
+_cache_lock = threading.Lock()
+
+
+class GraderUnavailable(RuntimeError):
+    """The target cannot be built or run here: an infra failure, never the policy's fault."""
+
+
+def env_argv(argv: list[str], env: dict[str, str]) -> list[str]:
+    return ["/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]
+
+
+def pristine_build(target: Target) -> Path:
+    """The target built from its own sources, in a sandbox, once per process and tree."""
+    key = f"{target.id}-{target.fingerprint()}"
+    with _cache_lock:
+        lock = _build_locks.setdefault(key, threading.Lock())
+    with lock:
+        if key in _builds and _builds[key].is_dir():
+            return _builds[key]
+        if shutil.which(CC) is None:
+            raise GraderUnavailable(f"no {CC} on this machine: the cyber family builds its targets with it (./scripts/setup.sh installs it)")
+        folder = Path(tempfile.mkdtemp(prefix=f"rlyard-cyber-build-{target.id}-"))
+        shutil.copytree(target.source, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*PRIVATE))
+        try:
+            result = Sandbox(folder, BUILD_LIMITS).run(env_argv(["/bin/sh", "-c", target.build], BUILD_ENV))
+        except SandboxError as error:
+            raise GraderUnavailable(f"sandbox: {error}") from None
+        if result.exit_code != 0 or not (folder / target.binary).is_file():
+            raise GraderUnavailable(f"{target.id}: `{target.build}` did not build {target.binary} "
+                                    f"(exit {result.exit_code}):\n{cut_middle(result.text, 3000)}")
+        _builds[key] = folder
+        return folder
+
+
+def read_poc(workspace: Path, submitted: str | None, max_bytes: int = MAX_POC_BYTES) -> tuple[bytes | None, str]:
+    """The submitted file's bytes, or (None, why it is refused)."""
+    if not submitted or not submitted.strip():
+        return None, "nothing submitted"
+    relative = Path(submitted.strip())
+    if relative.is_absolute():  # the workspace as the tools see it (the sandbox's cwd) or as the host does
+        for top in (Path(MOUNT_POINT), workspace):
+            if relative.is_relative_to(top):
+                relative = relative.relative_to(top)
+                break
+        else:
+            return None, f"{submitted!r} is outside the workspace"
+    if any(part in ("..", "") for part in relative.parts):
+        return None, f"{submitted!r} leaves the workspace"
+    current = workspace
+    for part in relative.parts:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except OSError:
+            return None, f"{submitted!r} does not exist"
+        if stat.S_ISLNK(info.st_mode):
+            return None, f"{submitted!r} is or passes through a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return None, f"{submitted!r} is not a regular file"
+    if info.st_size > max_bytes:
+        return None, f"{submitted!r} has {info.st_size} bytes, more than the {max_bytes} allowed"
+    fd = os.open(current, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{submitted!r} is not a regular file"
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        return None, f"{submitted!r} grew past {max_bytes} bytes"
+    return data, ""
+
+
+def trusted_report(log: str, stderr: str) -> Report | None:
+    """The report the sanitizers wrote to the log file, completed from stderr for UBSan.
+
+    ASan writes its whole report to `log_path`; gcc's UBSan writes only its SUMMARY line there
+    and the report itself (`file:line:col: runtime error:` and the stack) to stderr. The log gives
+    sanitizer, error type and the crash location; the function comes from the LAST report on
+    stderr at that location (the process halts right after printing it, so whatever the program
+    echoed to stderr before cannot stand in for it)."""
+    report = parse_report(log)
+    if report is None or report.sanitizer != "UndefinedBehaviorSanitizer" or report.function is not None:
+        return report
+    found = re.search(r"(\S+:\d+:\d+)\s+in\s*$", report.summary)
+    start = stderr.rfind(f"{found.group(1)}: runtime error:") if found else -1
+    tail = parse_report(stderr[start:]) if start >= 0 else None
+    if tail is None or tail.function is None:
+        return report
+    return replace(report, function=tail.function, file=tail.file, line=tail.line)
+
+
+@dataclass
+class Verdict:
+    reward: Reward
+    output: str  # the run's stderr (bounded), for validate and for the logs
+
+
+def grade_bytes(target: Target, data: bytes, timeout_s: float = 60.0) -> Verdict:
+    """Run the pristine target on `data` in a fresh sandbox and score its report."""
+    try:
+        build = pristine_build(target)
+    except GraderUnavailable as error:
+        return Verdict(Reward(0.0, {}, {"error": str(error)}, infra_error=True), "")
+    folder = Path(tempfile.mkdtemp(prefix=f"rlyard-cyber-grade-{target.id}-"))
+    try:
+        shutil.copytree(build, folder, dirs_exist_ok=True)
+        (folder / "poc").write_bytes(data)
+        logs = f".sanitizer-{secrets.token_hex(8)}"  # the report goes here, never to the program's own stderr
+        (folder / logs).mkdir()
+        env = {key: f"{value}:log_path={MOUNT_POINT}/{logs}/report" for key, value in RUN_ENV.items()}
+        limits = Limits(**{**LIMITS.__dict__, "wall_s": timeout_s, "cpu_s": max(1, int(timeout_s))})
+        try:
+            result = Sandbox(folder, limits).run(env_argv([f"./{target.binary}", "poc"], env))
+        except SandboxError as error:
+            return Verdict(Reward(0.0, {}, {"error": f"sandbox: {error}"}, infra_error=True), "")
+        written = sorted((folder / logs).glob("report*"))
+        log = "".join(path.read_text("utf-8", "replace") for path in written if path.is_file() and not path.is_symlink())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    stderr = result.stderr.decode("utf-8", "replace")
+    report = trusted_report(log, stderr)
+    crashed = result.exit_code == SANITIZER_EXIT and not result.timed_out and report is not None
+    got = {"sanitizer": report.sanitizer, "error_type": report.error_type, "function": report.function} if report else {}
+    components = {"crashed": float(crashed), **{k: float(crashed and got.get(k) == v) for k, v in target.expected.items()}}
+    value = float(all(components.values()))
+    info = {"exit_code": result.exit_code, "timed_out": result.timed_out, "killed": result.killed_reason, "report": got,
+            "expected": target.expected, "output": cut_middle(log + stderr, 4000)}
+    return Verdict(Reward(value, components, info), log + stderr)
+
+
+def grade_submission(target: Target, workspace: Path, submitted: str | None, timeout_s: float = 60.0,
+                     max_bytes: int = MAX_POC_BYTES) -> Reward:
+    data, refused = read_poc(workspace, submitted, max_bytes)
+    if data is None:
+        zero = {"crashed": 0.0, "sanitizer": 0.0, "error_type": 0.0, "function": 0.0}
+        return Reward(0.0, {**zero, "poc_refused": 1.0}, {"error": f"poc refused: {refused}"})
+    reward = grade_bytes(target, data, timeout_s).reward
+    if not reward.infra_error:
+        reward.components["poc_refused"] = 0.0
+    return reward
