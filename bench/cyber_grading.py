@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from provenance import commit  # noqa: E402  (bench/ is on sys.path when a script runs)
 
-from rlyard.envs.cyber.grade import grade_bytes, pristine_build  # noqa: E402
+from rlyard.envs.cyber.verify import grade_bytes, pristine_build  # noqa: E402
 from rlyard.envs.cyber.targets import builtin_targets  # noqa: E402
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from rlyard.envs import get_family
 from rlyard.envs.cyber.env import CyberEnv
-from rlyard.envs.cyber.grade import SANITIZER_EXIT
+from rlyard.envs.cyber.verify import SANITIZER_EXIT
 from rlyard.envs.cyber.oracle import play_oracle
 from rlyard.envs.cyber.targets import builtin_targets
 from rlyard.sandbox import bwrap_works
@@ -160,7 +160,7 @@ def test_a_target_that_does_not_build_is_an_infra_failure(task):
     with pytest.raises(Exception, match="did not build"):
         env.reset(Task(id="broken", prompt=task.prompt, env="cyber", payload={**task.payload, "target": broken}))
     env.close()
-    from rlyard.envs.cyber.grade import grade_bytes
+    from rlyard.envs.cyber.verify import grade_bytes
     from rlyard.envs.cyber.targets import Target
 
     verdict = grade_bytes(Target(**broken), b"AAAAAAAAAA")

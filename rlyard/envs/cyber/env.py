@@ -3,7 +3,7 @@
 The workspace gets the pristine tree without its private files (the reference PoC, the expected
 values), the binary of the pristine build and the benign seed; the agent's commands (bash, the
 file tools) run in the sandbox with the grader's limits, so that it can run ./target on its
-attempts. `score` grades the last submission with a fresh pristine build (grade.py): whatever the
+attempts. `score` grades the last submission with a fresh pristine build (verify.py): whatever the
 agent did to the workspace's sources, build script or binary is never graded.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from rlyard.agent.tools import ToolBox
-from rlyard.envs.cyber.grade import LIMITS, RUN_ENV, grade_submission, pristine_build
+from rlyard.envs.cyber.verify import LIMITS, RUN_ENV, grade_submission, pristine_build
 from rlyard.envs.cyber.targets import PRIVATE, Target
 from rlyard.envs.tool_env import ToolEnv
 from rlyard.sandbox import Sandbox, SandboxUnavailable

@@ -5,7 +5,7 @@ import hashlib
 from dataclasses import asdict
 from typing import Any
 
-from rlyard.envs.cyber.grade import MAX_POC_BYTES
+from rlyard.envs.cyber.verify import MAX_POC_BYTES
 from rlyard.envs.cyber.targets import DIFFICULTIES, builtin_targets, load_rows
 from rlyard.envs.splits import merge_options
 from rlyard.sandbox import require_sealed

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rlyard.envs.cyber.grade import grade_bytes
+from rlyard.envs.cyber.verify import grade_bytes
 from rlyard.envs.cyber.tasks import make_tasks
 from rlyard.envs.cyber.targets import Target
 from rlyard.types import Task
