@@ -27,7 +27,8 @@ def test_sync_grpo_on_ray_with_a_vllm_rollout_actor(tmp_path):
     run_dir = tmp_path / "run"
     config = load_config("configs/quickstart.yaml", [
         "env.name=dataset", f"env.options.path={DATA / 'gsm8k_test_head30.jsonl'}", "env.options.prompt_column=question",
-        f"env.reward={DATA / 'vowel_reward.py'}:vowel_share", "algo.lr=5e-3", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=16", "eval.size=0",
+        f"env.reward={DATA / 'vowel_reward.py'}:vowel_share", "rollout.truncated_reward=null", "algo.lr=5e-3", "train.steps=2",
+        "rollout.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=16", "eval.size=0",
         "rollout.engine=vllm", "rollout.engine_options={max_model_len: 512}", "output.progress=false", "output.plot=false",
         f"output.run_dir={run_dir}", "orchestrate.backend=ray", "orchestrate.ray.rollout_workers=1", "orchestrate.ray.graders=0",
         "orchestrate.ray.learner_cpus=1", "orchestrate.ray.rollout_cpus=1",
