@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from rlyard.envs.code.env import CodeEnv
 from rlyard.envs.code.repo import apply_patch, touched_paths
 from rlyard.envs.code.tasks import make_tasks
+from rlyard.envs.checks import check_tasks
 from rlyard.types import Reward, Task
 
 
@@ -98,15 +98,4 @@ def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None =
     """Check every task of both splits (or only `task_ids`), `jobs` at a time."""
     options = {**(options or {}), "eval_percent": 100}
     tasks = make_tasks("eval", 10**9, 0, **options)
-    if task_ids:
-        unknown = sorted(set(task_ids) - {t.id for t in tasks})
-        if unknown:
-            raise ValueError(f"unknown task id(s) {unknown}")
-        tasks = [t for t in tasks if t.id in task_ids]
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        checks = []
-        for check in pool.map(check_task, tasks):
-            checks.append(check)
-            if progress:
-                progress(check)
-    return checks
+    return check_tasks(tasks, task_ids, check_task, jobs, progress)

@@ -7,7 +7,6 @@ bash, then submit) and must score 1 too.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +14,7 @@ from typing import Any, Callable
 from rlyard.envs.cyber.verify import grade_bytes
 from rlyard.envs.cyber.tasks import make_tasks
 from rlyard.envs.cyber.targets import Target
+from rlyard.envs.checks import check_tasks
 from rlyard.types import Task
 
 
@@ -67,15 +67,4 @@ def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None =
              progress: Callable[[Check], None] | None = None) -> list[Check]:
     """Check every target of both splits (or only `task_ids`), `jobs` at a time."""
     tasks = make_tasks("eval", 10**9, 0, **{**(options or {}), "eval_percent": 100})
-    if task_ids:
-        unknown = sorted(set(task_ids) - {t.id for t in tasks})
-        if unknown:
-            raise ValueError(f"unknown target id(s) {unknown}")
-        tasks = [t for t in tasks if t.id in task_ids]
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        checks = []
-        for check in pool.map(check_task, tasks):
-            checks.append(check)
-            if progress:
-                progress(check)
-    return checks
+    return check_tasks(tasks, task_ids, check_task, jobs, progress)
