@@ -188,3 +188,22 @@ def test_training_on_cyber_with_the_tiny_model(tiny_model_dir, tmp_path):
     assert train(config, run_dir).steps == 1
     rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and not any(row["infra_error"] for row in rows), rows
+
+
+def test_validate_fails_loudly_on_a_target_whose_poc_does_not_crash(task, tmp_path):
+    """`rlyard envs validate cyber` on a row whose reference PoC is wrong: exit 1, FAIL, and the grader's output."""
+    import shutil
+    import subprocess
+    import sys
+
+    source = Path(task.payload["target"]["source"])
+    shutil.copytree(source, tmp_path / "two_bugs")
+    (tmp_path / "poc.bin").write_bytes(b"BBBBBBBBBBBB")  # crashes, but in bug_b
+    row = {**{k: task.payload["target"][k] for k in ("id", "build", "binary", "sanitizer", "error_type", "function", "file")},
+           "source": "two_bugs", "poc": "poc.bin"}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    out = subprocess.run([sys.executable, "-m", "rlyard.cli", "envs", "validate", "cyber", "-o", f"source={tmp_path / 'rows.jsonl'}"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL two_bugs" in out.stdout and "'function': 'bug_b'" in out.stdout and "SUMMARY: AddressSanitizer" in out.stdout
+    assert "0/1 tasks sound" in out.stdout
