@@ -17,6 +17,7 @@ sandbox failing, a pristine build that does not build) is an infra failure, neve
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -157,7 +158,8 @@ def grade_bytes(target: Target, data: bytes, timeout_s: float = 60.0) -> Verdict
         logs = f".sanitizer-{secrets.token_hex(8)}"  # the report goes here, never to the program's own stderr
         (folder / logs).mkdir()
         env = {key: f"{value}:log_path={MOUNT_POINT}/{logs}/report" for key, value in RUN_ENV.items()}
-        limits = Limits(**{**LIMITS.__dict__, "wall_s": timeout_s, "cpu_s": max(1, int(timeout_s))})
+        # CPU time above the wall time: a PoC that spins is a timeout, whichever limit a busy machine reaches first
+        limits = Limits(**{**LIMITS.__dict__, "wall_s": timeout_s, "cpu_s": 2 * math.ceil(timeout_s) + 1})
         try:
             result = Sandbox(folder, limits).run(env_argv([f"./{target.binary}", "poc"], env))
         except SandboxError as error:
@@ -168,11 +170,12 @@ def grade_bytes(target: Target, data: bytes, timeout_s: float = 60.0) -> Verdict
         shutil.rmtree(folder, ignore_errors=True)
     stderr = result.stderr.decode("utf-8", "replace")
     report = trusted_report(log, stderr)
-    crashed = result.exit_code == SANITIZER_EXIT and not result.timed_out and report is not None
+    hung = result.timed_out or result.killed_reason == "cpu_time"
+    crashed = result.exit_code == SANITIZER_EXIT and not hung and report is not None
     got = {"sanitizer": report.sanitizer, "error_type": report.error_type, "function": report.function} if report else {}
     components = {"crashed": float(crashed), **{k: float(crashed and got.get(k) == v) for k, v in target.expected.items()}}
     value = float(all(components.values()))
-    info = {"exit_code": result.exit_code, "timed_out": result.timed_out, "killed": result.killed_reason, "report": got,
+    info = {"exit_code": result.exit_code, "timed_out": hung, "killed": result.killed_reason, "report": got,
             "expected": target.expected, "output": cut_middle(log + stderr, 4000)}
     return Verdict(Reward(value, components, info), log + stderr)
 
