@@ -16,10 +16,11 @@ SPLITS = ("train", "eval")
 EVAL_PERCENT = 10
 
 
-def split_of(family: str, canonical: str) -> str:
-    """The split a problem lives in; stable across runs, machines and Python versions."""
+def split_of(family: str, canonical: str, eval_percent: int = EVAL_PERCENT) -> str:
+    """The split a problem lives in; stable across runs, machines and Python versions.
+    `eval_percent`: families with an `eval_percent` option (code, cyber) pass theirs."""
     digest = hashlib.sha256(f"rlyard/{family}/{canonical}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < EVAL_PERCENT else "train"
+    return "eval" if int.from_bytes(digest[:8], "big") % 100 < eval_percent else "train"
 
 
 def merge_options(family: str, split: str, n: int, options: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

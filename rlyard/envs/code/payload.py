@@ -12,12 +12,12 @@ the verifier script `grade_runner.py`, which a test patch adds as `RUNNER_PATH`.
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rlyard.agent.toolcalls import shell_quote
 from rlyard.envs.code.repo import apply_patch, touched_paths
+from rlyard.envs.splits import split_of as shared_split_of
 
 RUNNER_PATH = ".rlyard/grade.py"
 RUNNER = Path(__file__).with_name("grade_runner.py").read_text()
@@ -25,8 +25,7 @@ TEST_DIRS = ("tests", "test", "testing")
 
 
 def split_of(instance_id: str, eval_percent: int) -> str:
-    digest = hashlib.sha256(f"rlyard/code/{instance_id}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < eval_percent else "train"
+    return shared_split_of("code", instance_id, eval_percent)
 
 
 def trusted_test_paths(test_files: list[str], listing: list[str]) -> list[str]:

@@ -1,13 +1,12 @@
 """Cyber tasks: one per target (built-in, or rows from `env.options.source`), split by a stable hash."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict
 from typing import Any
 
 from rlyard.envs.cyber.verify import MAX_POC_BYTES
 from rlyard.envs.cyber.targets import DIFFICULTIES, builtin_targets, load_rows
-from rlyard.envs.splits import merge_options
+from rlyard.envs.splits import merge_options, split_of
 from rlyard.sandbox import require_sealed
 from rlyard.types import Task
 
@@ -28,11 +27,6 @@ seed.bin is an input it accepts. Write a proof-of-concept input file that makes 
 exactly this report, then call submit with the file's path (e.g. poc.bin)."""
 
 
-def split_of(target_id: str, eval_percent: int) -> str:
-    digest = hashlib.sha256(f"rlyard/cyber/{target_id}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % 100 < eval_percent else "train"
-
-
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     opts = merge_options("cyber", split, n, options, DEFAULTS)
     if opts["difficulty"] not in (None, *DIFFICULTIES):
@@ -41,7 +35,7 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
         raise ValueError(f"cyber option eval_percent must be 0..100, got {opts['eval_percent']}")
     require_sealed(bool(opts["allow_weak_isolation"]), "the cyber family (its targets hold reference PoCs)")
     targets = builtin_targets() if opts["source"] is None else load_rows(opts["source"])
-    chosen = [t for t in targets if split_of(t.id, int(opts["eval_percent"])) == split and opts["difficulty"] in (None, t.difficulty)]
+    chosen = [t for t in targets if split_of("cyber", t.id, int(opts["eval_percent"])) == split and opts["difficulty"] in (None, t.difficulty)]
     settings = {key: opts[key] for key in ("timeout_s", "max_poc_bytes", "tool_format", "allow_weak_isolation")}
     return [Task(id=t.id, prompt=[{"role": "user", "content": TASK.format(description=t.description)}], env="cyber",
                  payload={"target": asdict(t), **settings}, metadata={"split": split, "difficulty": t.difficulty})
