@@ -25,6 +25,11 @@ from rlyard.types import SamplingParams, Task, Trajectory
 READY_TIMEOUT_S = 300.0  # how long a restarting actor may take to build its engine again
 
 
+def share_bounds(size: int, shares: int) -> list[int]:
+    """Contiguous shares of `size` items over `shares` takers (sizes differ by one at most)."""
+    return [round(k * size / shares) for k in range(shares + 1)]
+
+
 def takes_adapter(config: RunConfig) -> bool:
     """Rollout actors that get the LoRA adapter's weights each step (a few MB) instead of the merged model."""
     return config.rollout.engine == "vllm" and config.model.lora.enabled
@@ -75,7 +80,7 @@ class RayFleet:
         if not tasks:
             return []
         shares = min(len(tasks), len(self.actors))
-        bounds = [round(k * len(tasks) / shares) for k in range(shares + 1)]
+        bounds = share_bounds(len(tasks), shares)
         out: list[list[Trajectory]] = [[] for _ in range(shares)]
 
         def play(k: int) -> None:

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlyard.orchestrate.ray_fleet import share_bounds
 from rlyard.train.learner import TokenScores
-
-
-def share_bounds(size: int, ranks: int) -> list[int]:
-    """Contiguous shares of `size` trajectories over `ranks` ranks (sizes differ by one at most)."""
-    return [round(k * size / ranks) for k in range(ranks + 1)]
 
 
 def split(values, bounds: list[int]) -> list:
@@ -72,40 +68,38 @@ class GroupLearner:
     def _bounds(self, batch) -> list[int]:
         return share_bounds(len(batch), 1 + len(self.followers))
 
+    def _together(self, refs: list, mine):
+        """Rank 0's part of a collective (`mine()`) while the followers' calls (`refs`, already
+        sent) run theirs; (rank 0's result, the followers' results)."""
+        result = mine()
+        return result, self.ray.get(refs)
+
     def score(self, batch) -> TokenScores:
-        bounds = self._bounds(batch)
-        shares = split(batch, bounds)
-        refs = [f.score.remote(share) for f, share in zip(self.followers, shares[1:])]
-        mine = self.local.score(shares[0])
-        return join_scores([mine, *self.ray.get(refs)])
+        shares = split(batch, self._bounds(batch))
+        mine, theirs = self._together([f.score.remote(share) for f, share in zip(self.followers, shares[1:])],
+                                      lambda: self.local.score(shares[0]))
+        return join_scores([mine, *theirs])
 
     def train_step(self, batch, advantages, step: int = 0, scores: TokenScores | None = None, returns=None) -> dict[str, float]:
         bounds = self._bounds(batch)
         parts = list(zip(split(batch, bounds), split(advantages, bounds), split_scores(scores, bounds), split(returns, bounds)))
         refs = [f.train_step.remote(b, a, step, s, r) for f, (b, a, s, r) in zip(self.followers, parts[1:])]
         b, a, s, r = parts[0]
-        metrics = self.local.train_step(b, a, step, s, r)
-        self.ray.get(refs)  # the same global metrics on every rank
-        return metrics
+        metrics, _ = self._together(refs, lambda: self.local.train_step(b, a, step, s, r))
+        return metrics  # the same global metrics on every rank
 
     def rollout_weights(self, takes_adapter: bool) -> dict:
         from rlyard.train import fsdp
 
-        refs = [f.rollout_weights.remote(takes_adapter) for f in self.followers]
-        weights = fsdp.rollout_weights(self.model, takes_adapter=takes_adapter)
-        self.ray.get(refs)
-        return weights
+        return self._together([f.rollout_weights.remote(takes_adapter) for f in self.followers],
+                              lambda: fsdp.rollout_weights(self.model, takes_adapter=takes_adapter))[0]
 
     def load_checkpoint(self, path) -> dict:
         from rlyard.train.checkpoint import load_checkpoint
 
-        refs = [f.load_checkpoint.remote(str(path)) for f in self.followers]
-        state = load_checkpoint(path, self.model, self.optimizer)
-        self.ray.get(refs)
-        return state
+        return self._together([f.load_checkpoint.remote(str(path)) for f in self.followers],
+                              lambda: load_checkpoint(path, self.model, self.optimizer))[0]
 
     def gather_checkpoint(self, lora: bool) -> Gathered:
-        refs = [f.gather_checkpoint.remote(lora) for f in self.followers]
-        gathered = gather_checkpoint(self.model, self.optimizer, lora)
-        self.ray.get(refs)
-        return gathered
+        return self._together([f.gather_checkpoint.remote(lora) for f in self.followers],
+                              lambda: gather_checkpoint(self.model, self.optimizer, lora))[0]
