@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from rlyard.agent.tools import ToolBox
-from rlyard.envs.cyber.verify import LIMITS, RUN_ENV, grade_submission, pristine_build
+from rlyard.envs.cyber.verify import LIMITS, RUN_ENV, env_argv, grade_submission, pristine_build
 from rlyard.envs.cyber.targets import PRIVATE, Target
 from rlyard.envs.tool_env import ToolEnv
 from rlyard.sandbox import Sandbox, SandboxUnavailable
@@ -65,7 +65,7 @@ class EnvSandbox:
 
     def run(self, command, timeout_s=None, stdin=None, limits=None):
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-        return self.sandbox.run(["/usr/bin/env", *(f"{k}={v}" for k, v in RUN_ENV.items()), *argv], timeout_s, stdin, limits)
+        return self.sandbox.run(env_argv(argv, RUN_ENV), timeout_s, stdin, limits)
 
 
 def make_env() -> CyberEnv:

@@ -58,7 +58,7 @@ def check_task(task: Task) -> Check:
         if played.value != 1.0:
             errors.append(f"the reference PoC played through the tools scores {played.value}: {played.info.get('error', played.components)}")
         fixed = min(poc.reward.value, played.value)
-        return Check(task.id, worst if not errors or worst else 0.0, fixed, "\n".join(errors), time.perf_counter() - started)
+        return Check(task.id, worst, fixed, "\n".join(errors), time.perf_counter() - started)
     except Exception as e:  # a broken target is reported, the others still run
         return Check(task.id, None, None, f"{type(e).__name__}: {e}", time.perf_counter() - started)
 
