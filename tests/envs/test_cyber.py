@@ -207,3 +207,18 @@ def test_validate_fails_loudly_on_a_target_whose_poc_does_not_crash(task, tmp_pa
     assert out.returncode == 1, out.stdout + out.stderr
     assert "FAIL two_bugs" in out.stdout and "'function': 'bug_b'" in out.stdout and "SUMMARY: AddressSanitizer" in out.stdout
     assert "0/1 tasks sound" in out.stdout
+
+
+def test_a_memory_hog_through_bash_is_killed_by_the_rss_watchdog(task, monkeypatch):
+    """Cyber sandboxes have no address-space limit (ASan's shadow): the resident-memory watchdog
+    must stop a command that fills memory; the episode goes on, and nothing it did pays."""
+    from dataclasses import replace
+
+    import rlyard.envs.cyber.env as cyber_env
+
+    monkeypatch.setattr(cyber_env, "LIMITS", replace(cyber_env.LIMITS, rss_bytes=256 << 20))
+    hog = "python3 -c \"x = b'x' * (1 << 30); print('survived')\"; echo exit $?"
+    reward, outputs = play(task, call("bash", command=hog), call("bash", command="echo still here"), call("submit", answer="poc.bin"))
+    assert "survived" not in outputs[0] and "[exit code -9]" in outputs[0], outputs
+    assert "still here" in outputs[1]
+    assert reward.value == 0.0 and reward.components["poc_refused"] == 1.0 and not reward.infra_error
