@@ -74,6 +74,7 @@ class Trajectory:
     # trajectories whose turns were sampled at different temperatures (a harness behind `rlyard serve`);
     # None: every sampled token is under the run's rollout.temperature
     temperatures: list[float] | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # the grader's details (Reward.info): output, screenshot path ...
 
     @property
     def num_sampled_tokens(self) -> int:

@@ -150,9 +150,12 @@ def test_trajectory_row_is_text_not_tokens():
     assert row == {
         "task_id": "t1", "group_id": "g1", "prompt": "What is 6*7?", "completion": "42",
         "num_tokens": 2, "reward": 1.0, "components": {"correct": 1.0},
-        "finish_reason": "stop", "infra_error": False,
+        "finish_reason": "stop", "infra_error": False, "info": {},
     }
     json.dumps(row)  # must be writable as one jsonl row
+    long = trajectory_row(Trajectory(**{**traj.to_dict(), "info": {"output": "x" * 9000, "exit": 3}}), prompt_text="")
+    assert long["info"]["exit"] == 3 and long["info"]["output"].startswith("x" * 8000)
+    assert long["info"]["output"].endswith("[... 1000 more characters]")
 
 
 def test_plot_reward_curve_writes_png(tmp_path):

@@ -344,11 +344,12 @@ def advance(episode: Episode, completion, renderer: TemplateRenderer, limits: Ag
 
 def finish(episode: Episode, seconds: float) -> Trajectory:
     """Score the episode (a grader crash is an infra failure, not a zero) and close its env."""
-    reward, components, info = 0.0, {}, episode.error
+    reward, components, info, details = 0.0, {}, episode.error, {}
     if not episode.infra_error:
         try:
             verdict = episode.env.score()
             reward, components, episode.infra_error = verdict.value, dict(verdict.components), verdict.infra_error
+            details = dict(verdict.info)
         except Exception:
             episode.infra_error, info = True, traceback.format_exc(limit=3)
     if episode.transcript is not None and not episode.transcript.exact:
@@ -363,4 +364,5 @@ def finish(episode: Episode, seconds: float) -> Trajectory:
         behaviour_logprobs=episode.logprobs, policy_versions=episode.versions, reward=reward, components=components,
         finish_reason="infra_error" if episode.infra_error else episode.finish_reason, infra_error=episode.infra_error,
         completion_text=text if not info else f"{text}\n[error]\n{info}", turns=episode.turns, timings={"episode": seconds},
+        info=details,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from rlyard.types import Message, Reward, Task
+from rlyard.types import Message, Reward, Task, Trajectory
 
 
 @dataclass
@@ -76,3 +76,7 @@ class Family:
     # (tasks, reply texts, sampled ids) -> one Reward per sample: grades a rollout's single-turn samples in
     # one call instead of env.score() per sample (`env.reward`'s Python functions, rlyard.rewards.with_rewards)
     score_batch: Callable[[list[Task], list[str], list[list[int]]], list[Reward]] | None = None
+    # (task, the group's trajectories, each scored alone) -> the same trajectories rescored as a group, once every
+    # member has finished: a length penalty anchored on the group's lengths, a judge comparing the members
+    # (rlyard.orchestrate.rollout.score_groups runs it in sync, async and Ray rollouts alike)
+    score_group: Callable[[Task, list[Trajectory]], list[Trajectory]] | None = None

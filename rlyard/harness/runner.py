@@ -116,11 +116,11 @@ def play_one(gateway: Gateway, tokenizer, harness: Harness, env: Environment, ta
         gateway.forget(session)
     if not segments and not error:
         error = "the harness ended without a model call: nothing was sampled to train on"
-    reward, components, infra = 0.0, {}, bool(error)
+    reward, components, infra, details = 0.0, {}, bool(error), {}
     if not infra:
         try:
             verdict = env.score()
-            reward, components, infra = verdict.value, dict(verdict.components), verdict.infra_error
+            reward, components, infra, details = verdict.value, dict(verdict.components), verdict.infra_error, dict(verdict.info)
         except Exception:
             infra, error = True, traceback.format_exc(limit=3)
     try:
@@ -130,8 +130,8 @@ def play_one(gateway: Gateway, tokenizer, harness: Harness, env: Environment, ta
     seconds = time.perf_counter() - started
     segments = segments or [Trajectory(task_id=task.id, group_id=group_id, token_ids=[], loss_mask=[], behaviour_logprobs=[],
                                        policy_versions=[], turns=0)]
-    return [finished(segment, tokenizer, task, group_id, reward, components, finish, infra, error, seconds, limits)
-            for segment in segments]
+    return [replace(finished(segment, tokenizer, task, group_id, reward, components, finish, infra, error, seconds, limits),
+                    info=details) for segment in segments]
 
 
 def finished(segment: Trajectory, tokenizer, task: Task, group_id: str, reward: float, components: dict[str, float],

@@ -67,7 +67,8 @@ def keep_through_step(path: Path, step: int) -> None:
 
 def _line(row: dict[str, Any]) -> str:
     # ensure_ascii=False keeps completions in other scripts readable in a plain `less`.
-    return json.dumps(row, ensure_ascii=False) + "\n"
+    # default=str: a grader's details (Reward.info) may hold paths or other non-JSON values
+    return json.dumps(row, ensure_ascii=False, default=str) + "\n"
 
 
 def _drop_partial_tail(path: Path) -> None:
@@ -138,4 +139,14 @@ def trajectory_row(traj: Trajectory, prompt_text: str) -> dict[str, Any]:
         "components": dict(traj.components),
         "finish_reason": traj.finish_reason,
         "infra_error": traj.infra_error,
+        "info": {key: _cut(value) for key, value in traj.info.items()},
     }
+
+
+INFO_TEXT_CHARS = 8000  # a grader's text output kept per trajectory row
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > INFO_TEXT_CHARS:
+        return value[:INFO_TEXT_CHARS] + f"\n[... {len(value) - INFO_TEXT_CHARS} more characters]"
+    return value

@@ -44,7 +44,8 @@ def rollout(
         flat_tasks = [task for task in tasks for _ in range(n)]
         group_ids = [f"{group_prefix}{t}:{task.id}" for t, task in enumerate(tasks) for _ in range(n)]
         envs_flat = [family.make_env() for _ in flat_tasks]
-        return play_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
+        played = play_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
+        return score_groups(family, tasks, group_prefix, played)
     envs = [[family.make_env() for _ in range(n)] for _ in tasks]
     prompts = []
     for task, task_envs in zip(tasks, envs):
@@ -82,9 +83,41 @@ def rollout(
             reward=value, components=components,
             finish_reason="infra_error" if infra else completion.finish_reason, infra_error=infra,
             completion_text=text if not error else f"{text}\n[verifier error]\n{error}",
-            timings={"generate": generate_seconds, "verify": verify_seconds},
+            timings={"generate": generate_seconds, "verify": verify_seconds}, info=dict(reward.info) if reward else {},
         ))
-    return trajectories
+    return score_groups(family, tasks, group_prefix, trajectories)
+
+
+def score_groups(family: Family, tasks: list[Task], group_prefix: str, trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The family's group step (`Family.score_group`) on each finished group, in place of its members.
+
+    It sees every member, infra ones included (it must leave those as they are); a group step that
+    raises, or answers with another number of trajectories, fails its whole group as infra, never 0.
+    """
+    if family.score_group is None:
+        return trajectories
+    by_group: dict[str, list[int]] = {}
+    for i, trajectory in enumerate(trajectories):
+        by_group.setdefault(trajectory.group_id, []).append(i)
+    out = list(trajectories)
+    for t, task in enumerate(tasks):
+        members = by_group.get(f"{group_prefix}{t}:{task.id}", [])
+        if not members:
+            continue
+        group = [trajectories[i] for i in members]
+        started = time.perf_counter()
+        try:
+            scored = family.score_group(task, group)
+            if len(scored) != len(group):
+                raise ValueError(f"score_group returned {len(scored)} trajectories for a group of {len(group)}")
+        except Exception:
+            error = traceback.format_exc(limit=3)
+            scored = [replace(m, reward=0.0, infra_error=True, finish_reason="infra_error",
+                              completion_text=f"{m.completion_text}\n[group scoring error]\n{error}") for m in group]
+        seconds = (time.perf_counter() - started) / len(group)
+        for i, trajectory in zip(members, scored):
+            out[i] = replace(trajectory, timings={**trajectory.timings, "score_group": seconds})
+    return out
 
 
 def env_verdict(env, text: str) -> tuple[Reward | None, str | None]:
