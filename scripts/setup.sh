@@ -16,7 +16,9 @@ step() { echo "[setup] $*"; }
 # required: the sandbox (bubblewrap) of the files and code families, and the code family's grader,
 # which runs git and the system python's pytest on every episode. Without them training and the
 # test suite fail, so RLYARD_SKIP_APT does not skip them.
-# optional: tools of planned families (webdev: chromium, music: abcmidi).
+# webdev renders pages in Debian's chromium and syntax-checks scripts with nodejs; music converts
+# ABC with abcmidi; `rlyard view`'s tests drive chromium too. Each family says at start-up which
+# package it misses, so RLYARD_SKIP_APT=1 skips them (the families above still work).
 required=() optional=()
 command -v bwrap >/dev/null || required+=(bubblewrap)
 command -v git >/dev/null || required+=(git)
@@ -25,9 +27,11 @@ command -v gcc >/dev/null || required+=(gcc)  # the cyber family's targets (ASan
 command -v addr2line >/dev/null || required+=(binutils)  # symbolised sanitizer stacks (the crash function)
 if [ "${RLYARD_SKIP_APT:-0}" != "1" ]; then
   command -v chromium >/dev/null || optional+=(chromium)
+  command -v node >/dev/null || optional+=(nodejs)
   command -v abc2midi >/dev/null || optional+=(abcmidi)
+  fc-list 2>/dev/null | grep -qi dejavu || optional+=(fonts-dejavu-core)  # the same glyphs on every machine (webdev screenshots)
 else
-  step "RLYARD_SKIP_APT=1: optional Debian packages (chromium, abcmidi) skipped"
+  step "RLYARD_SKIP_APT=1: Debian packages of the webdev and music families (chromium, nodejs, abcmidi) skipped"
 fi
 if [ ${#required[@]} -eq 0 ]; then
   step "required Debian packages present (bubblewrap, git, python3-pytest, gcc, binutils)"
@@ -60,8 +64,8 @@ if [ ${#wanted[@]} -gt 0 ]; then
     echo "[setup] install them (as root: apt-get install bubblewrap git python3-pytest gcc binutils) and run $0 again" >&2
     exit 1
   fi
-  for tool in chromium abc2midi; do
-    command -v "$tool" >/dev/null || { [ "${RLYARD_SKIP_APT:-0}" = "1" ] || step "optional $tool not installed (only planned families use it)"; }
+  for tool in chromium node abc2midi; do
+    command -v "$tool" >/dev/null || { [ "${RLYARD_SKIP_APT:-0}" = "1" ] || step "$tool not installed: the webdev / music families and their tests cannot run"; }
   done
 fi
 

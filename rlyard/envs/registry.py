@@ -31,6 +31,9 @@ BUILTIN = {
     "cyber": "rlyard.envs.cyber:FAMILY",
     "dataset": "rlyard.envs.dataset:FAMILY",
     "files": "rlyard.envs.files:FAMILY",
+    "general": "rlyard.envs.general:FAMILY",
+    "music": "rlyard.envs.music:FAMILY",
+    "webdev": "rlyard.envs.webdev:FAMILY",
 }
 
 _registered: dict[str, Family] = {}
