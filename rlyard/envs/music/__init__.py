@@ -1,0 +1,14 @@
+"""music: compose a tune in ABC notation; abc2midi's MIDI scored against a folk-tune corpus and the prompt's constraints."""
+from rlyard.envs.base import Family
+from rlyard.envs.music.abc import Abc2MidiMissing, extract_tune
+from rlyard.envs.music.env import make_env
+from rlyard.envs.music.tasks import make_tasks
+from rlyard.envs.music.validate import validate
+from rlyard.envs.music.verify import grade, verify
+
+FAMILY = Family(
+    name="music", make_tasks=make_tasks, make_env=make_env, verify=verify, multi_turn=False, validate=validate,
+    description="Single-turn: an ABC tune, rejected if abc2midi balks, else scored against corpus bands and the prompt's constraints.",
+)
+
+__all__ = ["FAMILY", "Abc2MidiMissing", "extract_tune", "grade", "make_env", "make_tasks", "verify"]

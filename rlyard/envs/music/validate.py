@@ -1,0 +1,108 @@
+"""Prove the grader and the data agree, with the grader training uses.
+
+Each prompt: its reference tune meets every constraint and scores at least `REFERENCE_MIN`,
+and the same tune broken (a blank line after the header, which ends an ABC tune) scores 0.
+Each tune of `builtin/corpus_sample.abc` passes the gate, and broken it scores 0. The bands
+are checked over the sample (`corpus-bands`), since a 5-95 band leaves some tunes outside by
+design: the mean share of features in band must reach `SAMPLE_INSIDE_MIN`, and at most
+`OUTLIERS_MAX` of the tunes may have fewer than `CORPUS_INSIDE_MIN` of theirs in band.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rlyard.envs.checks import check_tasks
+from rlyard.envs.music.corpus import SAMPLE_PATH, split_tunes
+from rlyard.envs.music.tasks import DEFAULTS, load_rows, make_tasks
+from rlyard.envs.music.verify import grade
+from rlyard.types import Task
+
+REFERENCE_MIN = 0.6
+CORPUS_INSIDE_MIN = 0.6
+SAMPLE_INSIDE_MIN = 0.85
+OUTLIERS_MAX = 0.1
+
+
+@dataclass
+class Check:
+    task_id: str
+    base_reward: float | None  # the broken tune (expect 0)
+    fixed_reward: float | None  # the reference tune (expect >= REFERENCE_MIN, every constraint met)
+    error: str = ""
+    seconds: float = 0.0
+    inside: float | None = None  # corpus tunes: the share of features in band
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def broken(tune: str) -> str:
+    """The tune with a blank line after its K: line, so it ends before its first note."""
+    head, _, body = tune.partition("\nK:")
+    key, _, rest = body.partition("\n")
+    return f"{head}\nK:{key}\n\n{rest}"
+
+
+def check_prompt(task: Task, reference: str | None) -> Check:
+    started = time.perf_counter()
+    if not reference:
+        return Check(task.id, None, None, "the row has no reference tune to validate", 0.0)
+    constraints = task.payload["constraints"]
+    good, bad = grade(f"```abc\n{reference}\n```", constraints), grade(broken(reference), constraints)
+    errors = []
+    if good.infra_error or bad.infra_error:
+        errors.append(f"grader: {good.info.get('error') or bad.info.get('error')}")
+    elif good.info.get("reject"):
+        errors.append(f"the reference is rejected: {good.info['reject']}: {good.info['detail']}")
+    else:
+        if good.info["unmet"]:
+            errors.append(f"the reference misses constraints: {good.info['unmet']}")
+        if good.value < REFERENCE_MIN:
+            errors.append(f"the reference scores {good.value:.3f} < {REFERENCE_MIN}: {good.components}")
+    if bad.value != 0.0:
+        errors.append(f"the broken reference scores {bad.value:.3f}, expected 0")
+    return Check(task.id, bad.value, round(good.value, 4), "\n".join(errors), time.perf_counter() - started)
+
+
+def check_corpus_tune(task: Task) -> Check:
+    started, tune = time.perf_counter(), task.payload["tune"]
+    good, bad = grade(tune, {}), grade(broken(tune), {})
+    errors = []
+    if good.info.get("reject") or good.infra_error:
+        errors.append(f"the corpus tune is rejected: {good.info.get('reject') or good.info.get('error')}: {good.info.get('detail')}")
+    if bad.value != 0.0:
+        errors.append(f"the broken tune scores {bad.value:.3f}, expected 0")
+    return Check(task.id, bad.value, round(good.value, 4), "\n".join(errors), time.perf_counter() - started,
+                 good.components.get("band_inside"))
+
+
+def corpus_tasks() -> list[Task]:
+    tunes = split_tunes(SAMPLE_PATH.read_text())
+    return [Task(id=f"corpus-{i:02d}", prompt=[], env="music", payload={"tune": t}) for i, t in enumerate(tunes, 1)]
+
+
+def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
+             progress: Callable[[Check], None] | None = None) -> list[Check]:
+    """Every prompt of both splits and every corpus sample tune (or only `task_ids`), `jobs` at a time."""
+    options = {**(options or {}), "eval_percent": 100}
+    references = {row["id"]: row.get("reference") for row in load_rows({**DEFAULTS, **options}["source"])}
+    tasks = make_tasks("eval", 10**9, 0, **options) + corpus_tasks()
+
+    def check(task: Task) -> Check:
+        if task.id.startswith("corpus-") and "tune" in task.payload:
+            return check_corpus_tune(task)
+        return check_prompt(task, references.get(task.id))
+
+    checks = check_tasks(tasks, task_ids, check, jobs, progress)
+    corpus = [c.inside for c in checks if c.inside is not None]
+    if corpus:
+        mean, outliers = sum(corpus) / len(corpus), sum(c < CORPUS_INSIDE_MIN for c in corpus) / len(corpus)
+        errors = [f"the sample's mean share of features in band is {mean:.3f} < {SAMPLE_INSIDE_MIN}"] if mean < SAMPLE_INSIDE_MIN else []
+        if outliers > OUTLIERS_MAX:
+            errors.append(f"{outliers:.0%} of the tunes have under {CORPUS_INSIDE_MIN:.0%} of their features in band")
+        error = "\n".join(errors)
+        checks.append(Check("corpus-bands", None, round(mean, 4), error, 0.0))
+    return checks
