@@ -1,0 +1,211 @@
+"""The deterministic part of the grade: DOM checks from the task's spec, measured in the page.
+
+Each check is measured by one in-page function (`MEASURE_JS`, a probe per check and viewport)
+and scored here in [0, 1]; query fit is their weighted mean. Only what a visitor could see
+counts: an element is visible when it has a box of at least 2 x 2 px, is not `visibility:
+hidden`, its ancestors' opacity is not ~0, and it is not pushed off the page's top or left
+edge; so text hidden with `display: none`, the 1 px screen-reader trick or `left: -9999px`
+does not meet a check. A check with nothing to check (no images for `alt_text`, no text for
+`contrast`) scores 0: an empty page meets no check at all.
+
+| kind | passes when | score |
+| --- | --- | --- |
+| `exists` | at least `min` (1) visible matches of `selector` | 0 / 1 |
+| `count` | `min` <= visible matches <= `max` | 0 / 1 |
+| `text` | the visible matches' text holds each string of `contains` (case aside) | share found |
+| `row` | the first `count` visible matches sit side by side in one row | 0 / 1 |
+| `stacked` | the first `count` visible matches sit one below the other | 0 / 1 |
+| `no_hscroll` | the page is no wider than the viewport (and shows some text) | 0 / 1 |
+| `alt_text` | visible images have alt text (`alt=""` only with role presentation) | share |
+| `labels` | visible form controls have a label (for=, wrapping, aria-label(ledby)) | share |
+| `contrast` | visible text reaches `min_ratio` (4.5; 3 for large text, WCAG 2) | share |
+| `click` | `expect` has no visible match before a click on `selector`, and one after | 0 / 1 |
+| `visual` | SSIM to the reference screenshot, rescaled (visual.py) | [0, 1] |
+
+`viewport` is `desktop` (1440 px, the default) or `mobile` (390 px; `no_hscroll`'s default).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+KINDS = ("exists", "count", "text", "row", "stacked", "no_hscroll", "alt_text", "labels", "contrast", "click", "visual")
+VIEWPORTS = ("desktop", "mobile")
+NEEDS_SELECTOR = ("exists", "count", "text", "row", "stacked", "click")
+CONTROLS = ("input:not([type=hidden]):not([type=submit]):not([type=button]):not([type=reset]):not([type=image]), "
+            "select, textarea")
+DEFAULT_SELECTOR = {"alt_text": "img", "labels": CONTROLS, "contrast": "body *", "no_hscroll": "body", "visual": ""}
+
+
+def normalize_checks(checks: Any, where: str) -> list[dict]:
+    """The spec's checks with defaults filled; ValueError naming `where`, the check and the field."""
+    if not isinstance(checks, list) or not checks:
+        raise ValueError(f"{where}: checks must be a non-empty list")
+    out = []
+    for i, raw in enumerate(checks):
+        name = f"{where}: checks[{i}]"
+        if not isinstance(raw, dict) or raw.get("kind") not in KINDS:
+            raise ValueError(f"{name}: kind must be one of {list(KINDS)}, got {raw!r}")
+        check = {"weight": 1.0, "viewport": "mobile" if raw["kind"] == "no_hscroll" else "desktop",
+                 "selector": DEFAULT_SELECTOR.get(raw["kind"], ""), **raw}
+        if check["kind"] in NEEDS_SELECTOR and not check["selector"]:
+            raise ValueError(f"{name}: kind {check['kind']} needs a selector")
+        if check["viewport"] not in VIEWPORTS:
+            raise ValueError(f"{name}: viewport must be one of {list(VIEWPORTS)}, got {check['viewport']!r}")
+        if not isinstance(check["weight"], (int, float)) or check["weight"] <= 0:
+            raise ValueError(f"{name}: weight must be a positive number, got {check['weight']!r}")
+        if check["kind"] == "text":
+            contains = check.get("contains")
+            check["contains"] = [contains] if isinstance(contains, str) else contains
+            if not check["contains"] or not all(isinstance(s, str) and s for s in check["contains"]):
+                raise ValueError(f"{name}: text needs contains (a string or a list of strings)")
+        if check["kind"] in ("row", "stacked") and not (isinstance(check.get("count"), int) and check["count"] >= 2):
+            raise ValueError(f"{name}: {check['kind']} needs count >= 2")
+        if check["kind"] == "click" and not check.get("expect"):
+            raise ValueError(f"{name}: click needs expect (the selector that must show after the click)")
+        out.append(check)
+    return out
+
+
+def probes(checks: list[dict]) -> dict[str, list[dict]]:
+    """What to measure at each viewport: one probe per check (clicks last: they change the page)."""
+    by_viewport: dict[str, list[dict]] = {v: [] for v in VIEWPORTS}
+    for i, check in enumerate(checks):
+        if check["kind"] != "visual":
+            by_viewport[check["viewport"]].append({"id": i, "kind": check["kind"], "selector": check["selector"],
+                                                   "expect": check.get("expect", "")})
+    for viewport in VIEWPORTS:
+        by_viewport[viewport].sort(key=lambda p: p["kind"] == "click")
+    return by_viewport
+
+
+def luminance(rgb: tuple[float, float, float]) -> float:
+    """WCAG 2 relative luminance of an sRGB colour with channels 0..255."""
+    def linear(c: float) -> float:
+        c /= 255.0
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(c) for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(fg: tuple[float, float, float], bg: tuple[float, float, float]) -> float:
+    high, low = sorted((luminance(fg), luminance(bg)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def blend(top: list[float], under: tuple[float, float, float]) -> tuple[float, float, float]:
+    """`top` (r, g, b, alpha) painted over the opaque colour `under`."""
+    alpha = top[3]
+    return tuple(alpha * t + (1 - alpha) * u for t, u in zip(top[:3], under))
+
+
+def text_contrast(item: list) -> tuple[float, float]:
+    """(ratio, the ratio required) for one text element: [fg rgba, [bg rgba from itself up], px, weight]."""
+    fg, layers, size, weight = item
+    bg = (255.0, 255.0, 255.0)  # the canvas; background images are not seen
+    for layer in reversed(layers):
+        bg = blend(layer, bg)
+    large = size >= 24 or (size >= 18.66 and weight >= 700)
+    return contrast_ratio(blend(fg, bg), bg), 3.0 if large else 4.5
+
+
+def in_row(rects: list[list[float]]) -> bool:
+    """Side by side: left edges increase without overlap, and every box overlaps the first vertically."""
+    top, bottom = rects[0][1], rects[0][1] + rects[0][3]
+    for (x0, _, w0, _), (x1, y1, _, h1) in zip(rects, rects[1:]):
+        if x1 < x0 + w0 - 1 or y1 >= bottom or y1 + h1 <= top:
+            return False
+    return True
+
+
+def stacked(rects: list[list[float]]) -> bool:
+    return all(b[1] >= a[1] + a[3] - 1 for a, b in zip(rects, rects[1:]))
+
+
+def score_check(check: dict, data: dict | None) -> float:
+    """One check's score in [0, 1] from its probe's measure (None: not measured -> 0)."""
+    if data is None or data.get("error"):
+        return 0.0
+    kind, n = check["kind"], data.get("n", 0)
+    if kind == "exists":
+        return float(n >= check.get("min", 1))
+    if kind == "count":
+        return float(check.get("min", 1) <= n <= check.get("max", 10**9))
+    if kind == "text":
+        text = " ".join(data["texts"]).casefold()
+        return sum(s.casefold() in text for s in check["contains"]) / len(check["contains"])
+    if kind in ("row", "stacked"):
+        rects = data["rects"][: check["count"]]
+        return float(len(rects) == check["count"] and (in_row if kind == "row" else stacked)(rects))
+    if kind == "no_hscroll":
+        return float(data["text_length"] > 0 and data["scroll_width"] <= data["inner_width"] + 1)
+    if kind in ("alt_text", "labels"):
+        return sum(data["ok"]) / len(data["ok"]) if data["ok"] else 0.0
+    if kind == "contrast":
+        ratios = [text_contrast(item) for item in data["items"]]
+        needed = check.get("min_ratio")
+        return sum(r >= (needed or req) - 1e-9 for r, req in ratios) / len(ratios) if ratios else 0.0
+    if kind == "click":
+        return float(bool(data.get("shown")))
+    raise ValueError(f"unknown check kind {kind!r}")
+
+
+def query_fit(checks: list[dict], measures: dict[str, list], visual: float | None) -> tuple[float, list[float]]:
+    """(fit, each check's score): the weighted mean; `visual` is the rescaled SSIM (None: no reference, 0)."""
+    found = {m["id"]: m for viewport in measures.values() for m in viewport}
+    scores = [(visual or 0.0) if c["kind"] == "visual" else score_check(c, found.get(i)) for i, c in enumerate(checks)]
+    total = sum(c["weight"] for c in checks)
+    return sum(c["weight"] * s for c, s in zip(checks, scores)) / total, scores
+
+
+MEASURE_JS = r"""
+(probes) => {
+  const opacity = (el) => { let o = 1; for (let e = el; e && e.nodeType === 1; e = e.parentElement) o *= parseFloat(getComputedStyle(e).opacity); return o; };
+  const visible = (el) => {
+    const r = el.getBoundingClientRect();
+    if (r.width < 2 || r.height < 2) return false;
+    const s = getComputedStyle(el);
+    if (s.visibility !== 'visible' || opacity(el) < 0.05) return false;
+    return r.right + scrollX > 0 && r.bottom + scrollY > 0;
+  };
+  const all = (sel) => { try { return [...document.querySelectorAll(sel)].filter(visible); } catch (e) { return null; } };
+  const rgba = (c) => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return [0, 0, 0, 0];
+    const p = m[1].split(/[ ,\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+  const labelled = (el) => {
+    if ((el.getAttribute('aria-label') || '').trim()) return true;
+    const by = el.getAttribute('aria-labelledby');
+    if (by && by.split(/\s+/).some((id) => { const t = document.getElementById(id); return t && t.textContent.trim(); })) return true;
+    return [...(el.labels || [])].some((l) => visible(l) && l.textContent.trim());
+  };
+  const ownText = (el) => [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  const measure = (p) => {
+    const els = all(p.selector);
+    if (els === null) return { id: p.id, error: 'bad selector' };
+    const base = { id: p.id, n: els.length };
+    switch (p.kind) {
+      case 'text': return { ...base, texts: els.filter((e) => rgba(getComputedStyle(e).color)[3] > 0.05).slice(0, 50).map((e) => (e.innerText || '').slice(0, 2000)) };
+      case 'row': case 'stacked': return { ...base, rects: els.slice(0, 24).map((e) => { const r = e.getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }) };
+      case 'no_hscroll': return { ...base, scroll_width: document.documentElement.scrollWidth, inner_width: innerWidth, text_length: (document.body ? document.body.innerText : '').trim().length };
+      case 'alt_text': return { ...base, ok: els.map((e) => { const a = e.getAttribute('alt'); return a !== null && (a.trim() !== '' || e.getAttribute('role') === 'presentation'); }) };
+      case 'labels': return { ...base, ok: els.map(labelled) };
+      case 'contrast': return { ...base, items: els.filter(ownText).slice(0, 300).map((e) => {
+          const s = getComputedStyle(e), layers = [];
+          for (let a = e; a && a.nodeType === 1; a = a.parentElement) { const b = rgba(getComputedStyle(a).backgroundColor); if (b[3] > 0) layers.push(b); if (b[3] >= 1) break; }
+          return [rgba(s.color), layers, parseFloat(s.fontSize), parseInt(s.fontWeight) || 400]; }) };
+      case 'click': {
+        if (!els.length) return { ...base, shown: false };
+        const stop = (ev) => ev.preventDefault();
+        addEventListener('submit', stop); addEventListener('click', (ev) => { if (ev.target.closest && ev.target.closest('a[href]')) ev.preventDefault(); });
+        const before = all(p.expect);
+        els[0].click();
+        const after = all(p.expect);
+        return { ...base, shown: !!(before && after && !before.length && after.length) };
+      }
+      default: return base;
+    }
+  };
+  const out = [];
+  for (const p of probes) { try { out.push(measure(p)); } catch (e) { out.push({ id: p.id, error: String(e) }); } }
+  const height = Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0);
+  return JSON.stringify({ probes: out, height });
+}
+"""

@@ -1,0 +1,202 @@
+"""The browser: Debian's Chromium driven by Playwright, one per grader thread, a fresh context per page.
+
+The policy's `dist/` is served to the browser alone, under http://site.local/, by a route on
+the context: nothing listens on a port, and each file is resolved (links followed) and must
+stay inside `dist/` (a link to the grader's reference page is a 404). Every other request is
+aborted and counted, and the browser gets a dead proxy and a resolver that finds no host, so
+what a route does not see (a WebSocket, a prefetch) cannot leave the machine either.
+
+Playwright's sync objects belong to the thread that made them, so each thread keeps its own
+browser (`renderer()`), reused across pages: starting Chromium costs about as much as grading
+several pages (bench/webdev_render.py). A page that does not settle in time (a loop in a
+script) times out; its context is closed, and if that fails the browser is replaced, so the
+next page is graded by a healthy one.
+"""
+from __future__ import annotations
+
+import json
+import mimetypes
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+HOST = "site.local"
+ORIGIN = f"http://{HOST}"
+DESKTOP = {"width": 1440, "height": 900}
+MOBILE = {"width": 390, "height": 844}
+MAX_FILE_BYTES = 5 << 20  # a bigger file in dist/ is served as 404
+MAX_SHOT_HEIGHT = 6000  # px of a full-page screenshot kept (an endless page is cut)
+SETTLE_MS = 150  # after `load`: late layout, web fonts, a first timer
+ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
+    "--font-render-hinting=none", "--force-color-profile=srgb", "--disable-extensions", "--no-first-run",
+    "--disable-background-networking", "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+]
+
+
+class RendererUnavailable(RuntimeError):
+    """Chromium or Playwright is missing, or the browser will not start: the grader's fault (infra)."""
+
+
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        raise RendererUnavailable("webdev needs Chromium: install the Debian package `chromium` (scripts/setup.sh); "
+                                  "`playwright install` is not used")
+    return path
+
+
+@dataclass
+class Rendered:
+    """What one page did in the browser, at each viewport."""
+
+    measures: dict[str, list] = field(default_factory=dict)  # viewport name -> one result per probe (checks.py)
+    screenshot: bytes | None = None  # full-page PNG at the desktop viewport
+    page_errors: list[str] = field(default_factory=list)  # uncaught exceptions (pageerror)
+    blocked: list[str] = field(default_factory=list)  # requests aborted: anything not under http://site.local/
+    missing: list[str] = field(default_factory=list)  # site paths answered 404 (absent, outside dist/, too big)
+    hung: str = ""  # the viewport whose load or measure timed out ("" if none)
+    broken: str = ""  # the page navigated away or crashed while measured ("" if none)
+
+
+def site_file(root: Path, url_path: str) -> Path | None:
+    """The file of dist/ a URL path names, or None: absent, a folder without index.html, too big,
+    or (after every link is followed) outside dist/."""
+    relative = unquote(url_path).lstrip("/")
+    if relative == "" or relative.endswith("/"):
+        relative += "index.html"
+    try:
+        top = root.resolve()
+        path = (top / relative).resolve()
+    except (OSError, RuntimeError):
+        return None
+    if path.is_dir():
+        path = path / "index.html"
+    if top not in path.parents or not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+        return None
+    return path
+
+
+class Renderer:
+    """One Chromium for this thread; `render` loads a dist/ folder at both viewports."""
+
+    def __init__(self, timeout_s: float = 10.0):
+        self.timeout_s = timeout_s
+        self._playwright = self._browser = None
+        self.launches = 0
+
+    def browser(self):
+        if self._browser is None or not self._browser.is_connected():
+            executable = chromium_path()
+            try:
+                from playwright.sync_api import sync_playwright
+            except ImportError as error:
+                raise RendererUnavailable(f"webdev needs the Python package playwright ({error})") from error
+            try:
+                if self._playwright is None:
+                    self._playwright = sync_playwright().start()
+                self._browser = self._playwright.chromium.launch(executable_path=executable, args=ARGS)
+            except Exception as error:
+                self.close()
+                raise RendererUnavailable(f"Chromium ({executable}) did not start: {error}") from error
+            self.launches += 1
+        return self._browser
+
+    def restart(self) -> None:
+        """Drop this browser (a hung or crashed one); the next page starts a fresh one."""
+        browser, self._browser = self._browser, None
+        if browser is not None:
+            try:
+                browser.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        self.restart()
+        if self._playwright is not None:
+            try:
+                self._playwright.stop()
+            except Exception:
+                pass
+            self._playwright = None
+
+    def render(self, dist: Path, probes: dict[str, list[dict]], measure_js: str) -> Rendered:
+        """Load dist/index.html at the desktop and the mobile viewport (when it has probes), run
+        `measure_js(probes)` in each, take the desktop full-page screenshot."""
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        out = Rendered()
+        for name, viewport in (("desktop", DESKTOP), ("mobile", MOBILE)):
+            if name == "mobile" and not probes.get("mobile"):
+                continue
+            context = None
+            try:
+                context = self.browser().new_context(viewport=viewport, reduced_motion="reduce", service_workers="block",
+                                                     accept_downloads=False, java_script_enabled=True)
+                self._visit(context, dist, viewport, name, probes.get(name, []), measure_js, out)
+            except PlaywrightTimeout:
+                out.hung = out.hung or name
+            except PlaywrightError as error:
+                if not self._browser or not self._browser.is_connected():
+                    self.restart()
+                    raise RendererUnavailable(f"Chromium died while rendering: {error}") from error
+                out.broken = f"{name}: {str(error).splitlines()[0][:300]}"
+            finally:
+                if context is not None:
+                    try:
+                        context.close()
+                    except Exception:
+                        self.restart()
+            if out.hung or out.broken:
+                break
+        return out
+
+    def _visit(self, context, dist: Path, viewport: dict, name: str, probes: list[dict], measure_js: str, out: Rendered) -> None:
+        timeout_ms = self.timeout_s * 1000
+
+        def serve(route, request) -> None:
+            url = urlsplit(request.url)
+            if url.scheme != "http" or url.hostname != HOST or url.port is not None:
+                out.blocked.append(request.url[:300])
+                route.abort("blockedbyclient")
+                return
+            path = site_file(dist, url.path)
+            if path is None:
+                out.missing.append(url.path[:300])
+                route.fulfill(status=404, body="not found", content_type="text/plain")
+                return
+            kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            route.fulfill(status=200, body=path.read_bytes(), content_type=kind)
+
+        context.route("**/*", serve)
+        context.on("page", lambda page: page.on("dialog", lambda dialog: dialog.dismiss()))
+        page = context.new_page()
+        page.on("pageerror", lambda error: out.page_errors.append(str(error)[:500]))
+        page.on("websocket", lambda socket: out.blocked.append(socket.url[:300]))
+        page.goto(f"{ORIGIN}/index.html", wait_until="load", timeout=timeout_ms)
+        page.wait_for_timeout(SETTLE_MS)
+        # wait_for_function times out on the server side even while the page's thread spins, where
+        # evaluate would wait forever; a string result is read back without touching the page again
+        handle = page.wait_for_function(measure_js, arg=probes, timeout=timeout_ms)
+        measured = json.loads(handle.json_value())
+        out.measures[name] = measured["probes"]
+        if name == "desktop":
+            height = max(1, min(int(measured["height"]), MAX_SHOT_HEIGHT))
+            out.screenshot = page.screenshot(full_page=True, animations="disabled", timeout=timeout_ms,
+                                             clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
+
+
+_local = threading.local()
+
+
+def renderer(timeout_s: float = 10.0) -> Renderer:
+    """This thread's renderer (made on first use; its browser starts with the first page)."""
+    current = getattr(_local, "renderer", None)
+    if current is None:
+        current = _local.renderer = Renderer(timeout_s)
+    current.timeout_s = timeout_s
+    return current

@@ -1,0 +1,95 @@
+"""Grade a dist/ folder: the runtime gate, then query fit from the spec's checks.
+
+Reward without a judge: fit itself, and 0 below fit 0.2 (the recipe's last band). The bands'
+deduction (fit >= 0.9 -> 0, >= 0.6 -> 0.2, >= 0.4 -> 0.4, >= 0.2 -> 0.8) is kept as a
+component for the group judge (judge.py), which alone uses it: alone, the five bands would
+give GRPO five reward levels where fit gives one per check met. A page the gate stops scores
+0 with the reason as a component (`missing_index`, `syntax_error`, `page_error`,
+`blocked_request`, `hung`, `broken`) and in info["reason"].
+
+A grader that cannot run (no Chromium, no node, a browser that died) returns infra_error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rlyard.envs.webdev.checks import MEASURE_JS, probes, query_fit
+from rlyard.envs.webdev.gate import NodeUnavailable, missing_index, runtime_failure, syntax_errors
+from rlyard.envs.webdev.render import RendererUnavailable, renderer
+from rlyard.envs.webdev.visual import load_reference, visual_score
+from rlyard.types import Reward
+
+BANDS = ((0.9, 0.0), (0.6, 0.2), (0.4, 0.4), (0.2, 0.8))  # (fit at least, deduction); below the last: reward 0
+MIN_FIT = 0.2
+
+
+def deduction(fit: float) -> float | None:
+    """The recipe's query deduction for a fit; None below 0.2 (the page scores 0 whatever else)."""
+    for least, value in BANDS:
+        if fit >= least - 1e-9:
+            return value
+    return None
+
+
+def screenshot_dir(configured: str | None) -> Path:
+    """Where screenshots go: the task's option, else $RLYARD_RUN_DIR/screenshots (the run folder,
+    when the run sets it), else a folder under the system's temp directory."""
+    if configured:
+        return Path(configured)
+    run_dir = os.environ.get("RLYARD_RUN_DIR")
+    if run_dir:
+        return Path(run_dir) / "screenshots"
+    return Path(tempfile.gettempdir()) / "rlyard-webdev-screenshots"
+
+
+def save_screenshot(png: bytes, folder: Path, task_id: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', task_id)[:80]}-{uuid.uuid4().hex[:10]}.png"
+    path.write_bytes(png)
+    return str(path.resolve())
+
+
+def gated(reason_key: str, reason: str, info: dict[str, Any]) -> Reward:
+    return Reward(0.0, {"gate": 0.0, reason_key: 1.0, "fit": 0.0}, {**info, "reason": reason})
+
+
+def grade_dist(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
+    """The reward of the site in `dist` for the task whose payload is `payload`."""
+    try:
+        return _grade(Path(dist), payload, task_id)
+    except (RendererUnavailable, NodeUnavailable) as error:
+        return Reward(0.0, {}, {"error": str(error)}, infra_error=True)
+
+
+def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
+    info: dict[str, Any] = {"blocked_requests": 0}
+    if missing_index(dist):
+        return gated("missing_index", "dist/index.html is missing (or not a file inside dist/)", info)
+    errors = syntax_errors(dist)
+    if errors:
+        return gated("syntax_error", errors[0], {**info, "syntax_errors": errors[:10]})
+    checks = payload["checks"]
+    rendered = renderer(float(payload["timeout_s"])).render(dist, probes(checks), MEASURE_JS)
+    info.update(blocked_requests=len(rendered.blocked), blocked=rendered.blocked[:10], missing=rendered.missing[:10],
+                page_errors=rendered.page_errors[:10])
+    if rendered.screenshot is not None:
+        info["screenshot"] = save_screenshot(rendered.screenshot, screenshot_dir(payload.get("screenshot_dir")), task_id)
+    key, reason = runtime_failure(rendered)
+    if key:
+        return gated(key, reason, info)
+    visual = raw = None
+    if payload.get("reference") and rendered.screenshot is not None:
+        visual, raw = visual_score(rendered.screenshot, load_reference(Path(payload["reference"])))
+    fit, scores = query_fit(checks, rendered.measures, visual)
+    cut = deduction(fit)
+    info["checks"] = [{"kind": c["kind"], "label": c.get("label", c["selector"]), "weight": c["weight"], "score": round(s, 4)}
+                      for c, s in zip(checks, scores)]
+    components = {"gate": 1.0, "fit": fit, "deduction": 1.0 if cut is None else cut}
+    if visual is not None:
+        components.update(visual=visual, ssim=raw)
+    return Reward(fit if cut is not None else 0.0, components, info)
