@@ -68,6 +68,45 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def disk_use(root: Path) -> int:
+    """Bytes of disk the files under `root` occupy (blocks, so a sparse file counts what it
+    really holds); links are not followed, entries that vanish meanwhile count 0."""
+    total, todo = 0, [str(root)]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+        except OSError:
+            continue
+    return total
+
+
+class DiskWatch:
+    """Polls the workspace's growth against `Limits.workspace_bytes`: many files, each under
+    RLIMIT_FSIZE, would otherwise fill the host's disk. A walk costs time, so the next one
+    comes after at least ten times the last walk's duration."""
+
+    def __init__(self, root: Path, limit: int):
+        self.root, self.limit = root, limit
+        self.base = disk_use(root)
+        self.next_at = 0.0
+
+    def over(self, now: float) -> bool:
+        if now < self.next_at:
+            return False
+        started = time.monotonic()
+        grown = disk_use(self.root) - self.base
+        self.next_at = now + max(0.25, 10 * (time.monotonic() - started))
+        return grown > self.limit
+
+
 def read_all(fd: int) -> bytes:
     os.set_blocking(fd, False)
     try:
@@ -79,8 +118,9 @@ def read_all(fd: int) -> bytes:
 class Capture:
     """Feeds stdin and reads stdout/stderr incrementally, keeping at most `output_bytes` each."""
 
-    def __init__(self, proc: subprocess.Popen, stdin: bytes | None, limits: Limits, namespaced: bool):
-        self.proc, self.limits, self.namespaced = proc, limits, namespaced
+    def __init__(self, proc: subprocess.Popen, stdin: bytes | None, limits: Limits, namespaced: bool,
+                 disk: DiskWatch | None = None):
+        self.proc, self.limits, self.namespaced, self.disk = proc, limits, namespaced, disk
         self.out, self.err = bytearray(), bytearray()
         self.seen = {"out": 0, "err": 0}
         self.truncated = False
@@ -128,6 +168,9 @@ class Capture:
                 break  # pipes held open by something outside our reach; stop waiting
             if reason is None and self.limits.rss_bytes is not None and tree_rss(self.proc.pid) > self.limits.rss_bytes:
                 reason = "memory"
+                self.kill()
+            if reason is None and self.disk is not None and self.disk.over(now):
+                reason = "disk"
                 self.kill()
             for key, _ in sel.select(timeout=0.05):
                 if key.data == "in":

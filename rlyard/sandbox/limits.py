@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-run resource limits; every process in the sandbox gets the rlimits."""
+    """Per-run resource limits; every process in the sandbox gets the rlimits, and the whole
+    sandbox gets a cgroup where the machine has one (`cgroups.py`)."""
 
     wall_s: float = 30.0  # wall-clock time; the whole sandbox is killed after it
     cpu_s: int = 30  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL one second later)
@@ -19,3 +20,16 @@ class Limits:
     output_bytes: int = 1 << 20  # bytes kept per stream (stdout, stderr); the rest is dropped
     output_kill_bytes: int = 64 << 20  # a stream that produces more than this gets the run killed
     tmp_bytes: int = 64 << 20  # size of the private tmpfs on /tmp (bwrap)
+    workspace_bytes: int | None = 1 << 30  # growth of the workspace's disk use during the run, polled; killed above it
+    # cgroup of the whole sandbox (processes, their page cache and tmpfs files): memory.max is
+    # group_memory_bytes, else rss_bytes, else memory_bytes; pids.max is nproc; cpus: a CPU quota (None = none)
+    group_memory_bytes: int | None = None
+    cpus: float | None = None
+    cgroup: bool = True  # False: only the rlimits and the watchdogs, even where a cgroup is possible
+
+    def sandbox_memory(self) -> int | None:
+        """memory.max of the sandbox's cgroup."""
+        for value in (self.group_memory_bytes, self.rss_bytes, self.memory_bytes):
+            if value is not None:
+                return value
+        return None

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rlyard.sandbox import fs, seccomp
-from rlyard.sandbox.capture import Capture, TeardownError, read_all, wait_namespace_gone
+from rlyard.sandbox import cgroups, fs, seccomp
+from rlyard.sandbox.capture import Capture, DiskWatch, TeardownError, read_all, wait_namespace_gone
 from rlyard.sandbox.fs import MOUNT_POINT
 from rlyard.sandbox.limits import Limits
 from rlyard.sandbox.uids import UidLease, UidPool, UidPoolExhausted, default_pool
@@ -54,9 +54,12 @@ class Result:
     stdout: bytes  # at most `Limits.output_bytes`
     stderr: bytes  # at most `Limits.output_bytes`
     timed_out: bool  # the wall-time limit (or `timeout_s`) was reached
-    killed_reason: str | None  # "wall_time" | "cpu_time" | "file_size" | "output_limit" | "memory" | "signal" | None
+    killed_reason: str | None  # "wall_time" | "cpu_time" | "file_size" | "output_limit" | "memory" | "disk" | "signal" | None
     truncated: bool  # some output beyond `output_bytes` was dropped
     duration_s: float  # wall-clock seconds from start to the end of the run
+    limited_by: str = "rlimits"  # "cgroup v2" / "cgroup v1": the sandbox had a cgroup of its own; "rlimits": per process only
+    oom_kills: int = 0  # processes killed by the kernel at the cgroup's memory.max
+    forks_refused: int = 0  # forks refused at the cgroup's pids.max
 
     @property
     def text(self) -> str:
@@ -283,6 +286,8 @@ class Sandbox:
              ident: tuple[int, int] | None) -> Result:
         fds: dict[str, int] = {}
         started_r = info_r = -1
+        group = self._cgroup(lim)
+        usage = None
         try:
             started_r, fds["started"] = os.pipe()
             info_r, fds["info"] = os.pipe()
@@ -296,6 +301,9 @@ class Sandbox:
                 full, env, cwd = self._unshare_argv(argv, lim, ident, fds["started"]), self._env(), str(self.workspace)
             else:
                 full, env, cwd = self._unsafe_argv(argv, lim), self._env(), str(self.workspace)
+            if group is not None:
+                full = group.enter_argv(full)
+            disk = DiskWatch(self.workspace, lim.workspace_bytes) if lim.workspace_bytes is not None else None
             t0 = time.monotonic()
             try:
                 proc = subprocess.Popen(
@@ -308,7 +316,7 @@ class Sandbox:
                 raise SandboxError(f"cannot start {full[0]}: {e}") from e
             for name in list(fds):
                 os.close(fds.pop(name))
-            out = Capture(proc, stdin, lim, self.isolation != "none")
+            out = Capture(proc, stdin, lim, self.isolation != "none", disk)
             reason = out.pump(t0 + wall)
             duration = time.monotonic() - t0
             started = read_all(started_r)
@@ -317,20 +325,38 @@ class Sandbox:
                     wait_namespace_gone(read_all(info_r))
                 except TeardownError as e:
                     raise SandboxError(str(e)) from e
+            if group is not None:
+                usage = group.usage()
         finally:
             for fd in (started_r, info_r, *fds.values()):
                 if fd >= 0:
                     os.close(fd)
+            if group is not None:
+                group.close()
         code = proc.returncode if reason is None else -signal.SIGKILL  # we killed it: say so uniformly
         if reason is None:
             self._check_started(code, started, out.err)
         if reason is None and code > 128:
             reason = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}.get(code - 128, None)
             if reason is None and code - 128 == signal.SIGKILL:
-                reason = "signal"
+                reason = "memory" if usage is not None and usage.oom_kills else "signal"
+        if reason is None and usage is not None and usage.oom_kills and code != 0:
+            reason = "memory"  # a child was OOM-killed and the command failed with it
         return Result(exit_code=code, stdout=bytes(out.out), stderr=bytes(out.err),
                       timed_out=reason == "wall_time", killed_reason=reason,
-                      truncated=out.truncated, duration_s=duration)
+                      truncated=out.truncated, duration_s=duration,
+                      limited_by=f"cgroup {group.backend.version}" if group is not None else "rlimits",
+                      oom_kills=usage.oom_kills if usage else 0, forks_refused=usage.pids_refused if usage else 0)
+
+    def _cgroup(self, lim: Limits) -> cgroups.SandboxCgroup | None:
+        """The run's own cgroup, where the machine has cgroups (else the rlimits alone)."""
+        found = cgroups.backend() if lim.cgroup else None
+        if found is None:
+            return None
+        try:
+            return cgroups.SandboxCgroup(found, lim.sandbox_memory(), lim.nproc, lim.cpus)
+        except OSError as e:
+            raise SandboxError(f"cannot make the sandbox's cgroup under {found.describe()}: {e}") from e
 
     def _check_started(self, code: int, started: bytes, stderr: bytearray) -> None:
         """No byte on the started pipe means the namespaces or mounts failed before the command ran.

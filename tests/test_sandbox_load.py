@@ -1,0 +1,157 @@
+"""Sandboxes under load: eight hostile sandboxes at once (two fork bombs, two memory bombs,
+two disk fills, two output floods) while a small torch training loop trains next to them.
+Each bomb is contained with its own reason, the training finishes, and a trivial host command
+keeps starting quickly. Run once with the sandbox's own cgroup (where this machine has one)
+and once with the fallback (rlimits per process + watchdogs).
+
+Also: memory and process limits are per sandbox under a cgroup (three processes that each fit
+RLIMIT_AS together pass the sandbox's memory.max), and the workspace quota.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from rlyard.sandbox import Limits, Sandbox
+from rlyard.sandbox import cgroups
+from rlyard.sandbox.sandbox import bwrap_works, unshare_available
+
+pytestmark = pytest.mark.skipif(not (bwrap_works() or unshare_available()), reason="no sandbox can start here")
+CGROUP = cgroups.backend()
+needs_cgroup = pytest.mark.skipif(CGROUP is None, reason=f"no usable cgroup: {cgroups.fallback_reason()}")
+
+HOSTILE = Limits(wall_s=20, cpu_s=20, memory_bytes=256 << 20, group_memory_bytes=256 << 20, nproc=48,
+                 fsize_bytes=16 << 20, output_bytes=64 << 10, output_kill_bytes=8 << 20, tmp_bytes=8 << 20,
+                 workspace_bytes=48 << 20)
+PAYLOADS = {
+    "fork_bomb": "bomb() { bomb | bomb & }; bomb; sleep 60",  # runs to its wall time (FORK_BOMB_WALL_S)
+    # four processes that each grow without end: the cgroup's OOM kill, or each one's MemoryError at RLIMIT_AS
+    "memory_bomb": "for i in 1 2 3 4; do python3 -c 'b = []\nwhile True: b.append(bytearray(8 << 20))' & done; wait; exit 1",
+    "disk_fill": "cat /dev/zero > /tmp/fill; i=0; while head -c 8000000 /dev/zero > w$i; do i=$((i+1)); done; sleep 60",
+    "output_flood": "yes 'flood flood flood flood'",
+}
+FORK_BOMB_WALL_S = 5.0
+EXPECTED = {"fork_bomb": {"wall_time"}, "memory_bomb": {"memory", None}, "disk_fill": {"disk"}, "output_flood": {"output_limit"}}
+
+TRAINER = r"""
+import json, os, sys, time
+import torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+x = torch.linspace(-1, 1, 256).unsqueeze(1)
+y = 3 * x - 1
+model = torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+first = None
+gaps = []
+last = time.perf_counter()
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    first = loss.item() if first is None else first
+    now = time.perf_counter(); gaps.append(now - last); last = now
+    time.sleep(0.005)
+print(json.dumps({"first_loss": first, "final_loss": loss.item(), "max_step_s": max(gaps), "steps": len(gaps)}))
+"""
+
+
+def host_latency(stop: threading.Event, samples: list[float]) -> None:
+    """Wall time of a trivial host command, every 0.2 s: the host's responsiveness."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        subprocess.run(["/bin/true"], check=True)
+        samples.append(time.perf_counter() - started)
+        stop.wait(0.2)
+
+
+def leftover_cgroups() -> list[Path]:
+    if CGROUP is None:
+        return []
+    return [p for parent in CGROUP.parents.values() for p in parent.glob(f"rlyard-{os.getpid()}-*")]
+
+
+@pytest.mark.parametrize("use_cgroup", [pytest.param(True, marks=needs_cgroup, id="cgroup"), pytest.param(False, id="rlimits")])
+def test_eight_hostile_sandboxes_while_training(tmp_path, use_cgroup):
+    limits = Limits(**{**HOSTILE.__dict__, "cgroup": use_cgroup})
+    jobs = [(name, index) for name in PAYLOADS for index in range(2)]
+    boxes = {}
+    for name, index in jobs:
+        workspace = tmp_path / f"{name}-{index}"
+        workspace.mkdir()
+        boxes[name, index] = Sandbox(workspace, limits)
+    stop_file = tmp_path / "stop-training"
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(stop_file)], stdout=subprocess.PIPE, text=True)
+    assert trainer.stdout.readline().strip() == "ready"
+    stop, latencies = threading.Event(), []
+    watcher = threading.Thread(target=host_latency, args=(stop, latencies))
+    watcher.start()
+    started = time.monotonic()
+    try:
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            results = dict(zip(jobs, pool.map(lambda job: boxes[job].run(
+                PAYLOADS[job[0]], timeout_s=FORK_BOMB_WALL_S if job[0] == "fork_bomb" else None), jobs)))
+        hostile_s = time.monotonic() - started
+        stop_file.touch()
+        out, _ = trainer.communicate(timeout=60)
+    finally:
+        stop.set()
+        watcher.join()
+        if trainer.poll() is None:
+            trainer.kill()
+    training = json.loads(out)
+    mechanism = f"cgroup {CGROUP.version}" if use_cgroup else "rlimits"
+    figures = {"mechanism": mechanism, "hostile_s": round(hostile_s, 1), "host_true_median_s": round(statistics.median(latencies), 3),
+               "host_true_max_s": round(max(latencies), 3), "trainer_steps": training["steps"], "trainer_max_step_s": round(training["max_step_s"], 3),
+               "reasons": {f"{n}-{i}": r.killed_reason for (n, i), r in results.items()},
+               "oom_kills": sum(r.oom_kills for r in results.values()),
+               "forks_refused": sum(r.forks_refused for r in results.values())}
+    print("\nsandbox load figures:", json.dumps(figures))
+
+    for (name, _), result in results.items():
+        assert result.limited_by == mechanism
+        assert result.killed_reason in EXPECTED[name], (name, result.killed_reason, result.text[-300:])
+        assert result.exit_code != 0, name
+        assert result.duration_s < limits.wall_s + 5, (name, result.duration_s)
+    assert all(results["fork_bomb", i].duration_s < FORK_BOMB_WALL_S + 5 for i in range(2))
+    for index in range(2):
+        assert len(results["output_flood", index].stdout) <= limits.output_bytes
+        assert b"No space left" in results["disk_fill", index].stderr  # /tmp is a tmpfs of tmp_bytes
+    if use_cgroup:
+        assert all(results["memory_bomb", i].oom_kills >= 1 for i in range(2))
+        assert all(results["fork_bomb", i].forks_refused >= 1 for i in range(2))
+    assert training["steps"] > 100 and training["final_loss"] < training["first_loss"] / 10
+    assert max(latencies) < 10.0, latencies  # generous: 2 shared cores; the figures above are what to read
+    assert leftover_cgroups() == []
+
+
+@needs_cgroup
+def test_memory_is_counted_for_the_whole_sandbox(tmp_path):
+    """Three processes of 96 MiB each: each fits RLIMIT_AS of 160 MiB, so under rlimits alone
+    all three live (288 MiB in one sandbox); the sandbox's memory.max of 192 MiB kills one."""
+    three = ("for i in 1 2 3; do python3 -c 'import time; b = bytearray(96 << 20); b[::4096] = b\"x\" * len(b[::4096]); "
+             "time.sleep(1.5)' & done; ok=0; for job in 1 2 3; do wait %$job && ok=$((ok+1)); done; echo alive=$ok")
+    base = Limits(wall_s=15, memory_bytes=160 << 20, group_memory_bytes=192 << 20)
+    capped = Sandbox(tmp_path, base).run(three)
+    per_process = Sandbox(tmp_path, Limits(**{**base.__dict__, "cgroup": False})).run(three)
+    assert per_process.stdout.strip() == b"alive=3" and per_process.limited_by == "rlimits"
+    assert capped.oom_kills >= 1 and capped.limited_by == f"cgroup {CGROUP.version}"
+    assert capped.stdout.strip() in (b"alive=2", b"alive=1"), capped.text
+
+
+def test_workspace_quota(tmp_path):
+    """Many files each under RLIMIT_FSIZE: the workspace's growth is stopped near its quota."""
+    limits = Limits(wall_s=20, fsize_bytes=8 << 20, workspace_bytes=32 << 20)
+    result = Sandbox(tmp_path, limits).run("i=0; while head -c 4000000 /dev/zero > f$i; do i=$((i+1)); done")
+    written = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert result.killed_reason == "disk"
+    assert 32 << 20 < written < 1 << 30  # polled: stopped past the quota, far from filling the disk
+    small = Sandbox(tmp_path, limits).run("head -c 1000000 /dev/zero > small && echo ok")
+    assert small.stdout == b"ok\n"  # the quota is the run's growth, not the workspace's size
