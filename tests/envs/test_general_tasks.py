@@ -99,8 +99,14 @@ def test_task_folder_is_well_formed(folder):
         if item["method"] == "number":
             label = item["label"].rstrip(":")
             assert label.lower() in spec["statement"].lower(), f"the statement never asks for {label!r}"
+        if item["method"] == "regex" and item["pattern"].startswith("(?m)^"):
+            label = re.search(r"\]\*(.+?)\[", item["pattern"]).group(1)
+            assert label.lower() in spec["statement"].lower(), f"the statement never asks for {label!r}"
         if item["method"] == "json_schema":
             Draft202012Validator.check_schema(item["schema"])
+            if item.get("gate"):  # the report's shape: every key it requires is named in the statement
+                missing = [key for key in item["schema"].get("required", []) if f'"{key}"' not in spec["statement"]]
+                assert not missing, missing
     assert rule_weight > 2 * judge_weight, "rule items must carry most of the weight"
     assert any(item.get("gate") for item in raw["items"]), "a gate that an empty answer fails keeps it at 0"
 
