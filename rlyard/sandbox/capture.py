@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from rlyard.sandbox.limits import Limits
 
@@ -119,8 +120,9 @@ class Capture:
     """Feeds stdin and reads stdout/stderr incrementally, keeping at most `output_bytes` each."""
 
     def __init__(self, proc: subprocess.Popen, stdin: bytes | None, limits: Limits, namespaced: bool,
-                 disk: DiskWatch | None = None):
+                 disk: DiskWatch | None = None, out_of_memory: Callable[[], bool] | None = None):
         self.proc, self.limits, self.namespaced, self.disk = proc, limits, namespaced, disk
+        self.out_of_memory = out_of_memory  # the sandbox's cgroup reached memory.max
         self.out, self.err = bytearray(), bytearray()
         self.seen = {"out": 0, "err": 0}
         self.truncated = False
@@ -166,7 +168,8 @@ class Capture:
                 exited_at = now
             if exited_at is not None and now - exited_at > 2.0:
                 break  # pipes held open by something outside our reach; stop waiting
-            if reason is None and self.limits.rss_bytes is not None and tree_rss(self.proc.pid) > self.limits.rss_bytes:
+            if reason is None and ((self.out_of_memory is not None and self.out_of_memory()) or (
+                    self.limits.rss_bytes is not None and tree_rss(self.proc.pid) > self.limits.rss_bytes)):
                 reason = "memory"
                 self.kill()
             if reason is None and self.disk is not None and self.disk.over(now):

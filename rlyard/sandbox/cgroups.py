@@ -161,7 +161,7 @@ def _detect() -> tuple[Backend | None, str]:
 class Usage:
     """What a sandbox's cgroup saw during one run."""
 
-    oom_kills: int  # processes the kernel's OOM killer killed at memory.max
+    out_of_memory: bool  # the sandbox reached memory.max
     pids_refused: int  # forks refused at pids.max
     memory_peak: int | None  # bytes, where the kernel reports it
 
@@ -189,16 +189,20 @@ class SandboxCgroup:
     def _write_limits(self, memory_bytes: int | None, pids: int, cpus: float | None) -> None:
         mem, pid, cpu = self.dirs["memory"], self.dirs["pids"], self.dirs.get("cpu")
         (pid / "pids.max").write_text(str(pids))
+        # At memory.max the whole run is killed, as the RSS watchdog does: v2 kills the cgroup at
+        # once (memory.oom.group); v1 pauses it (oom_kill_disable) until `out_of_memory` sees it.
         if self.backend.version == "v2":
             if memory_bytes is not None:
                 (mem / "memory.max").write_text(str(memory_bytes))
                 _try_write(mem / "memory.swap.max", "0")
+                _try_write(mem / "memory.oom.group", "1")
             if cpu is not None and cpus is not None:
                 (cpu / "cpu.max").write_text(f"{int(cpus * PERIOD_US)} {PERIOD_US}")
             return
         if memory_bytes is not None:
             (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
             _try_write(mem / "memory.memsw.limit_in_bytes", str(memory_bytes))  # no escape into swap
+            (mem / "memory.oom_control").write_text("1")
         if cpu is not None and cpus is not None:
             (cpu / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (cpu / "cpu.cfs_quota_us").write_text(str(int(cpus * PERIOD_US)))
@@ -209,15 +213,19 @@ class SandboxCgroup:
         moves = " && ".join(f"echo $$ > '{folder}/cgroup.procs'" for folder in dict.fromkeys(self.dirs.values()))
         return ["/bin/sh", "-c", f'{moves} || exit 125; exec "$@"', "sh", *argv]
 
-    def usage(self) -> Usage:
-        mem, pid = self.dirs["memory"], self.dirs["pids"]
+    def out_of_memory(self) -> bool:
+        """The sandbox reached memory.max (polled by the run loop, which then kills the run)."""
+        mem = self.dirs["memory"]
         if self.backend.version == "v2":
-            oom = _keyed(mem / "memory.events").get("oom_kill", 0)
-            peak = _read_int(mem / "memory.peak")
-        else:
-            oom = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
-            peak = _read_int(mem / "memory.max_usage_in_bytes")
-        return Usage(oom_kills=oom, pids_refused=_keyed(pid / "pids.events").get("max", 0), memory_peak=peak)
+            events = _keyed(mem / "memory.events")
+            return events.get("oom_kill", 0) > 0 or events.get("oom_group_kill", 0) > 0
+        return _keyed(mem / "memory.oom_control").get("under_oom", 0) > 0
+
+    def usage(self, out_of_memory: bool) -> Usage:
+        mem, pid = self.dirs["memory"], self.dirs["pids"]
+        peak = _read_int(mem / ("memory.peak" if self.backend.version == "v2" else "memory.max_usage_in_bytes"))
+        return Usage(out_of_memory=out_of_memory or self.out_of_memory(),
+                     pids_refused=_keyed(pid / "pids.events").get("max", 0), memory_peak=peak)
 
     def close(self) -> None:
         """Kill whatever is left in the cgroup, then remove it."""

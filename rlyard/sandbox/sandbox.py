@@ -58,7 +58,6 @@ class Result:
     truncated: bool  # some output beyond `output_bytes` was dropped
     duration_s: float  # wall-clock seconds from start to the end of the run
     limited_by: str = "rlimits"  # "cgroup v2" / "cgroup v1": the sandbox had a cgroup of its own; "rlimits": per process only
-    oom_kills: int = 0  # processes killed by the kernel at the cgroup's memory.max
     forks_refused: int = 0  # forks refused at the cgroup's pids.max
 
     @property
@@ -316,7 +315,7 @@ class Sandbox:
                 raise SandboxError(f"cannot start {full[0]}: {e}") from e
             for name in list(fds):
                 os.close(fds.pop(name))
-            out = Capture(proc, stdin, lim, self.isolation != "none", disk)
+            out = Capture(proc, stdin, lim, self.isolation != "none", disk, group.out_of_memory if group else None)
             reason = out.pump(t0 + wall)
             duration = time.monotonic() - t0
             started = read_all(started_r)
@@ -326,7 +325,7 @@ class Sandbox:
                 except TeardownError as e:
                     raise SandboxError(str(e)) from e
             if group is not None:
-                usage = group.usage()
+                usage = group.usage(reason == "memory")
         finally:
             for fd in (started_r, info_r, *fds.values()):
                 if fd >= 0:
@@ -339,14 +338,14 @@ class Sandbox:
         if reason is None and code > 128:
             reason = {signal.SIGXCPU: "cpu_time", signal.SIGXFSZ: "file_size"}.get(code - 128, None)
             if reason is None and code - 128 == signal.SIGKILL:
-                reason = "memory" if usage is not None and usage.oom_kills else "signal"
-        if reason is None and usage is not None and usage.oom_kills and code != 0:
-            reason = "memory"  # a child was OOM-killed and the command failed with it
+                reason = "signal"
+        if reason is None and usage is not None and usage.out_of_memory:
+            reason = "memory"  # v2's group OOM kill, which ends the run before the loop sees it
         return Result(exit_code=code, stdout=bytes(out.out), stderr=bytes(out.err),
                       timed_out=reason == "wall_time", killed_reason=reason,
                       truncated=out.truncated, duration_s=duration,
                       limited_by=f"cgroup {group.backend.version}" if group is not None else "rlimits",
-                      oom_kills=usage.oom_kills if usage else 0, forks_refused=usage.pids_refused if usage else 0)
+                      forks_refused=usage.pids_refused if usage else 0)
 
     def _cgroup(self, lim: Limits) -> cgroups.SandboxCgroup | None:
         """The run's own cgroup, where the machine has cgroups (else the rlimits alone)."""
