@@ -8,6 +8,7 @@ import csv
 import datetime as dt
 import functools
 import json
+import math
 import re
 import sqlite3
 import statistics
@@ -225,7 +226,12 @@ def assert_key_matches(task_id: str, expected: dict[str, object]) -> None:
     for item_id, value in expected.items():
         item = items[item_id]
         if item["method"] == "number":
-            assert abs(float(item["value"]) - float(value)) <= item.get("tolerance", 0) + 1e-9, (item_id, item["value"], value)
+            tolerance = item.get("tolerance", 0)
+            assert abs(float(item["value"]) - float(value)) <= tolerance + 1e-9, (item_id, item["value"], value)
+            # an agent rounds to the tolerance's step, up or down at a tie: both must pass, as the engine compares
+            for rounded in (math.floor(value / tolerance) * tolerance, math.ceil(value / tolerance) * tolerance) if tolerance else ():
+                if abs(rounded - value) <= tolerance / 2 + 1e-9:
+                    assert abs(rounded - float(item["value"])) <= tolerance, (item_id, rounded, item["value"])
         else:  # a whole-line regex: the recomputed value written on its line must match
             label = re.search(r"\]\*(.+?)\[", item["pattern"]).group(1)
             assert re.search(item["pattern"], f"{label}: {value}", re.I | re.M), (item_id, item["pattern"], value)
