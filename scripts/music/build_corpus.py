@@ -150,7 +150,7 @@ def _with_source(tune: str, source: str) -> str:
 
 def make_prompts(passed: list, rng: random.Random) -> list[dict]:
     """Prompts whose constraints are read off a corpus tune, so each has a known good answer."""
-    candidates = [(s, t, a) for s, t, a in passed if len(t) < 700 and a.bar_warnings == 0
+    candidates = [(s, t, a) for s, t, a in passed if len(t) < 800 and "`" not in t and a.bar_warnings == 0
                   and a.features["bars"] in (8, 12, 16, 24, 32) and parse_key(a.header.first("K"))
                   and a.header.first("M") in ("2/4", "3/4", "4/4", "6/8", "9/8", "C", "C|", "2/2", "12/8")]
     rng.shuffle(candidates)

@@ -3,9 +3,9 @@ tune is scored against them.
 
 `builtin/corpus_stats.json` is written by `scripts/music/build_corpus.py` from the folk-tune
 collections music21 ships in ABC; grading only reads it, so training needs no music21. A
-feature inside its [p5, p95] band scores 1; outside, it falls linearly to 0 at one band width
-beyond the edge (a floor keeps near-constant features, such as silence, from being all or
-nothing). Features are averaged within their group (rhythm, texture, tonality, register,
+feature inside its [p5, p95] band scores 1; outside, it falls linearly to 0 at half a band
+width beyond the edge (`DECAY`; a floor on the width keeps near-constant features, such as
+silence, from being all or nothing). Features are averaged within their group (rhythm, texture, tonality, register,
 structure) and the groups multiplied, so a tune must look like the corpus in every respect: a
 single held note is in band for density and texture but fails tonality, register and rhythm.
 """
@@ -24,6 +24,7 @@ STATS_PATH = BUILTIN / "corpus_stats.json"
 SAMPLE_PATH = BUILTIN / "corpus_sample.abc"
 BAND_WEIGHT, HISTOGRAM_WEIGHT = 0.85, 0.15  # the recipe's blend
 LOW, HIGH = 5, 95  # percentiles of a band
+DECAY = 0.5  # a feature scores 0 this many band widths beyond its band
 # the smallest band width a distance is measured in (a feature's natural unit)
 WIDTH_FLOOR = {"note_density": 0.5, "duration_entropy": 0.5, "syncopation": 0.1, "silence": 0.1, "voices": 1.0,
                "polyphony": 0.5, "key_strength": 0.2, "pitch_class_entropy": 0.5, "out_of_scale": 0.1,
@@ -59,7 +60,7 @@ def feature_score(name: str, value: float, band: dict[str, float]) -> float:
     if low <= value <= high:
         return 1.0
     distance = low - value if value < low else value - high
-    return max(0.0, 1.0 - distance / max(high - low, WIDTH_FLOOR[name]))
+    return max(0.0, 1.0 - distance / (DECAY * max(high - low, WIDTH_FLOOR[name])))
 
 
 def band_score(values: dict[str, float], stats: dict[str, Any], skip: frozenset[str] = frozenset()) -> tuple[float, dict[str, float]]:

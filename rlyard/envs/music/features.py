@@ -1,8 +1,9 @@
 """What a tune's MIDI looks like, as numbers a reference corpus can bound.
 
 Times are in quarter notes (the MIDI file's ticks per beat), so tempo never changes a feature;
-abc2midi shortens every note by a tick or two and starts it a tick late, so onsets and ends are
-snapped to a 1/24-quarter grid (32nds and 16th triplets stay exact). Only abc2midi's "note
+abc2midi starts every note a tick late and a chord's notes 10 ticks apart, so a chord's notes
+start with its first, and onsets and ends are snapped to a 1/24-quarter grid (32nds and 16th
+triplets stay exact). Only abc2midi's "note
 track"s (the tune's voices) are read: the chord accompaniment it makes from "G" chord symbols,
 and drums or drones, are not the tune. Every definition is chosen so a test can count it by hand.
 """
@@ -18,6 +19,7 @@ import mido
 from rlyard.envs.music.abc import SCALES
 
 GRID = 24  # steps per quarter note
+CHORD_TICKS = 40  # abc2midi sounds a chord's notes 10 ticks (of 480 a quarter) apart: they start with the first
 DURATION_BINS = (0.125, 0.25, 1 / 3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)  # quarters
 INTERVAL_CLIP = 12  # melodic intervals beyond an octave go to the end bins
 # Krumhansl-Kessler key profiles (tonic first)
@@ -64,6 +66,7 @@ def read_midi(data: bytes) -> Midi:
     notes, programs, meter, tempo, end, channels = [], {}, None, None, 0.0, []
     for track in song.tracks:
         ticks, sounding, is_voice, has_notes, first_channel = 0, {}, True, False, 0
+        chord_raw, chord_start = -10**9, 0
         for message in track:
             ticks += message.time
             if message.type == "text" and ticks == 0 and "note track" not in message.text:
@@ -75,7 +78,9 @@ def read_midi(data: bytes) -> Midi:
             elif message.type == "program_change":
                 programs.setdefault(message.channel, set()).add(message.program)
             elif message.type == "note_on" and message.velocity > 0:
-                sounding.setdefault((message.channel, message.note), []).append(ticks)
+                if ticks - chord_raw > CHORD_TICKS * song.ticks_per_beat / 480:  # not the next note of a chord
+                    chord_raw, chord_start = ticks, ticks
+                sounding.setdefault((message.channel, message.note), []).append(chord_start)
             elif message.type in ("note_off", "note_on"):
                 starts = sounding.get((message.channel, message.note))
                 if starts and is_voice:

@@ -54,10 +54,10 @@ def analyse(tune: str | None, timeout_s: float = TIMEOUT_S) -> Analysis:
     result = Analysis(tune, console=converted.console, bar_warnings=converted.bar_warnings)
     if converted.timed_out:
         result.reject, result.detail = "timeout", converted.errors[0]
+    elif converted.midi is None:
+        result.reject, result.detail = "no_midi", "; ".join(converted.errors[:5]) or "abc2midi wrote no MIDI file"
     elif converted.errors:
         result.reject, result.detail = "abc_error", "; ".join(converted.errors[:5])
-    elif converted.midi is None:
-        result.reject, result.detail = "no_midi", "abc2midi wrote no MIDI file"
     elif converted.bar_warnings >= MAX_BAR_WARNINGS:
         result.reject, result.detail = "bar_warnings", f"{converted.bar_warnings} bars do not fit the meter"
     if result.reject:
