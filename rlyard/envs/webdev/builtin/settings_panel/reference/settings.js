@@ -1,0 +1,5 @@
+const settings = document.getElementById("settings");
+settings.addEventListener("submit", (event) => {
+  event.preventDefault();
+  settings.querySelector("[role=status]").hidden = false;
+});

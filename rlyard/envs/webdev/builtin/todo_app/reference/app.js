@@ -1,0 +1,23 @@
+const form = document.getElementById("new");
+const field = document.getElementById("text");
+const hint = form.querySelector(".hint");
+const list = document.getElementById("tasks");
+const remaining = document.getElementById("remaining");
+let next = list.children.length + 1;
+const count = () => { remaining.textContent = String(list.querySelectorAll("input:not(:checked)").length); };
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = field.value.trim();
+  hint.hidden = Boolean(text);
+  if (!text) return;
+  const item = document.createElement("li");
+  const box = Object.assign(document.createElement("input"), { type: "checkbox", id: `t${next}` });
+  const label = Object.assign(document.createElement("label"), { htmlFor: `t${next}`, textContent: text });
+  next += 1;
+  item.append(box, label);
+  list.append(item);
+  field.value = "";
+  count();
+});
+list.addEventListener("change", count);
+count();
