@@ -10,6 +10,7 @@ from pathlib import Path
 from rlyard.config import (ConfigError, default_config_path, dump_config, load_config, load_run_config, resolve_config_path,
                            split_config_args)
 from rlyard.demos import cli as collect_cli
+from rlyard.observe.viewer import cli as view_cli
 
 EPILOG = """examples:
   rlyard train                                    # quickstart: embedded SmolLM2-135M learns 2-digit addition on CPU
@@ -361,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--max-tokens", type=int, default=512)
     ag.add_argument("--temperature", type=float, default=0.0)
     collect_cli.add_parser(sub)
+    view_cli.add_parser(sub)
     envs = sub.add_parser("envs", help="list environment families, print tasks, or validate a task set",
                           epilog="examples:\n  rlyard envs list\n  rlyard envs show code -n 2\n  rlyard envs validate code\n"
                                  "  rlyard envs validate code -o source=swe.jsonl -o mirrors=./mirrors --jobs 4",
@@ -398,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 COMMANDS = {"train": cmd_train, "sft": cmd_sft, "eval": cmd_eval, "export": cmd_export, "serve": cmd_serve, "agent": cmd_agent,
-            "envs": cmd_envs, "collect": collect_cli.run}
+            "envs": cmd_envs, "collect": collect_cli.run, "view": view_cli.run}
 
 
 if __name__ == "__main__":

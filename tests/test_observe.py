@@ -150,12 +150,33 @@ def test_trajectory_row_is_text_not_tokens():
     assert row == {
         "task_id": "t1", "group_id": "g1", "prompt": "What is 6*7?", "completion": "42",
         "num_tokens": 2, "reward": 1.0, "components": {"correct": 1.0},
-        "finish_reason": "stop", "infra_error": False, "info": {},
+        "finish_reason": "stop", "infra_error": False, "turns": 1, "policy_versions": [0], "info": {},
     }
     json.dumps(row)  # must be writable as one jsonl row
+    assert trajectory_row(traj, prompt_text="", advantage=0.5)["advantage"] == 0.5
     long = trajectory_row(Trajectory(**{**traj.to_dict(), "info": {"output": "x" * 9000, "exit": 3}}), prompt_text="")
     assert long["info"]["exit"] == 3 and long["info"]["output"].startswith("x" * 8000)
     assert long["info"]["output"].endswith("[... 1000 more characters]")
+
+
+def test_trajectory_row_segments_follow_the_loss_mask(tokenizer):
+    """The runs after the prompt, per-token text and logprobs on sampled runs; a character split
+    across tokens is one piece with the sum of its tokens' logprobs."""
+    prompt, call, tool = (tokenizer.encode(t, add_special_tokens=False) for t in ("Q: ", "grep x", "\nx.txt: 7\n"))
+    han = tokenizer.encode("漢", add_special_tokens=False)
+    assert len(han) > 1 and tokenizer.decode(han[:1]).endswith("\ufffd")  # "漢": three bytes, three tokens
+    ids = prompt + call + tool + han
+    mask = [0] * len(prompt) + [1] * len(call) + [0] * len(tool) + [1] * len(han)
+    logprobs = [-0.25 * m for m in mask]
+    traj = Trajectory(task_id="t", group_id="g", token_ids=ids, loss_mask=mask, behaviour_logprobs=logprobs,
+                      policy_versions=[3 * m - (1 - m) for m in mask])
+    row = trajectory_row(traj, prompt_text="Q: ", tokenizer=tokenizer)
+    model, output, last = row["segments"]
+    assert model == {"sampled": True, "pieces": [tokenizer.decode([i]) for i in call], "logprobs": [-0.25] * len(call)}
+    assert "".join(model["pieces"]) == "grep x"
+    assert output == {"sampled": False, "text": "\nx.txt: 7\n"}
+    assert last == {"sampled": True, "pieces": ["漢"], "logprobs": [-0.25 * len(han)]}
+    assert row["policy_versions"] == [3]
 
 
 def test_plot_reward_curve_writes_png(tmp_path):

@@ -127,9 +127,17 @@ class TrajectoryStore:
         return read_jsonl(self.path) if self.path.exists() else []
 
 
-def trajectory_row(traj: Trajectory, prompt_text: str) -> dict[str, Any]:
-    """The human-readable part of a trajectory: text and reward, no token or logprob lists."""
-    return {
+def trajectory_row(traj: Trajectory, prompt_text: str, *, tokenizer: Any = None,
+                   advantage: float | None = None) -> dict[str, Any]:
+    """The human-readable part of a trajectory: text and reward, no raw token id lists.
+
+    With `tokenizer`, the row also gets `segments`: everything after the prompt cut into runs
+    of trained (sampled) and untrained (tool output, template) tokens, which is what `rlyard
+    view` shows as the loss mask. Sampled runs keep each token's text and behaviour logprob
+    (3 decimals) for the hover; untrained runs keep only their text, so a row grows by about
+    a dozen bytes per sampled token.
+    """
+    row = {
         "task_id": traj.task_id,
         "group_id": traj.group_id,
         "prompt": prompt_text,
@@ -139,8 +147,50 @@ def trajectory_row(traj: Trajectory, prompt_text: str) -> dict[str, Any]:
         "components": dict(traj.components),
         "finish_reason": traj.finish_reason,
         "infra_error": traj.infra_error,
+        "turns": traj.turns,
+        "policy_versions": sorted({v for v, m in zip(traj.policy_versions, traj.loss_mask) if m}),
         "info": {key: _cut(value) for key, value in traj.info.items()},
     }
+    if advantage is not None:
+        row["advantage"] = advantage
+    if tokenizer is not None:
+        row["segments"] = token_segments(traj, tokenizer)
+    return row
+
+
+def token_segments(traj: Trajectory, tokenizer: Any) -> list[dict[str, Any]]:
+    """Runs of equal loss mask after the prompt: {"sampled": true, "pieces", "logprobs"} or
+    {"sampled": false, "text"}.
+
+    A token that ends inside a multi-byte character decodes to U+FFFD on its own; it is joined
+    with the following tokens until the text is whole, and the piece's logprob is their sum, so
+    the pieces always concatenate to the decoded text.
+    """
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
+    start, mask = traj.prompt_length, traj.loss_mask
+    segments: list[dict[str, Any]] = []
+    while start < len(mask):
+        end = start
+        while end < len(mask) and mask[end] == mask[start]:
+            end += 1
+        if not mask[start]:
+            segments.append({"sampled": False, "text": decode(traj.token_ids[start:end])})
+        else:
+            pieces, logprobs, pending, pending_logprob = [], [], [], 0.0
+            for i in range(start, end):
+                pending.append(traj.token_ids[i])
+                pending_logprob += traj.behaviour_logprobs[i]
+                text = decode(pending)
+                if text.endswith("\ufffd") and i + 1 < end:
+                    continue
+                pieces.append(text)
+                logprobs.append(round(pending_logprob, 3))
+                pending, pending_logprob = [], 0.0
+            segments.append({"sampled": True, "pieces": pieces, "logprobs": logprobs})
+        start = end
+    return segments
 
 
 INFO_TEXT_CHARS = 8000  # a grader's text output kept per trajectory row
