@@ -108,7 +108,8 @@ def syntax_errors(dist: Path) -> list[str]:
 
 
 def missing_index(dist: Path) -> bool:
-    return not dist.is_dir() or site_file(dist, "/index.html") is None
+    """No dist/index.html to serve; dist/ itself a link (to the reference site, say) counts as none."""
+    return dist.is_symlink() or not dist.is_dir() or site_file(dist, "/index.html") is None
 
 
 def runtime_failure(rendered: Rendered) -> tuple[str, str]:

@@ -14,8 +14,9 @@ With `env.options.judge` set (an OpenAI-compatible vision endpoint), once a grou
 - reward = (pick - deduction + 2) / 3 with the fit's deduction band (verify.py).
 
 A candidate whose screenshot cannot be read gets the mean reward of the group's other scored
-members. A judge that answers no round at all (unreachable, never a verdict that parses:
-`JudgeUnavailable`) makes the candidates infra failures: they leave the group, never a 0.
+(non-infra) members. A judge that answers no round at all (unreachable, never a verdict that
+parses: `JudgeUnavailable`) makes every member it should have judged an infra failure: they
+leave the group, never a 0 (gated members keep their 0).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ _lock = threading.Lock()
 
 def judge_for(settings: dict[str, Any]) -> Judge:
     """One Judge (client, semaphore, cache) per distinct setting, shared by every group."""
-    keys = ("base_url", "model", "api_key_env", "timeout_s", "retries", "concurrency", "cache_dir")
+    keys = ("base_url", "model", "api_key_env", "timeout_s", "retries", "backoff_s", "concurrency", "cache_dir")
     config = JudgeConfig(**{k: settings[k] for k in keys if settings.get(k) is not None}, prompt_version=PROMPT_VERSION)
     with _lock:
         if config not in _judges:
@@ -141,7 +142,7 @@ def score_group(task: Task, trajectories: list[Trajectory]) -> list[Trajectory]:
                 failures.append(str(error))
                 verdicts.append(None)
         if failures and all(v is None for v in verdicts):
-            for i in candidates:
+            for i in candidates + unreadable:
                 t = out[i]
                 out[i] = replace(t, reward=0.0, infra_error=True, finish_reason="infra_error",
                                  info={**t.info, "error": f"judge unavailable: {failures[-1]}"})

@@ -19,7 +19,7 @@ from rlyard.types import Task
 
 BUILTIN = Path(__file__).resolve().parent / "builtin"
 DIFFICULTIES = ("easy", "medium", "hard")
-JUDGE_KEYS = {"base_url", "model", "api_key_env", "timeout_s", "retries", "concurrency", "cache_dir", "rounds",
+JUDGE_KEYS = {"base_url", "model", "api_key_env", "timeout_s", "retries", "backoff_s", "concurrency", "cache_dir", "rounds",
               "min_rounds", "max_ties", "max_width"}
 DEFAULTS: dict[str, Any] = {
     "source": None,  # None = the built-in tasks; else a folder of task folders of the same shape
