@@ -7,7 +7,9 @@ dynamic sampling, groups whose rewards are all equal), then runs the same score 
 train_step as the sync loop and publishes the new weights to the shared engine without stopping
 the workers. Off-policy data is corrected by algo.decoupled (AReaL's decoupled PPO) or
 algo.tis_cap. Runs checkpoint and resume, but are not reproducible sample for sample: which
-group lands in which step depends on thread timing.
+group lands in which step depends on thread timing. A checkpoint keeps the tasks handed out and
+not yet trained (buffer.TaskSource.state_dict); a resumed run plays them first, so a killed run
+neither loses a queued task nor trains one twice (tests/test_kill_resume.py).
 """
 from __future__ import annotations
 
@@ -31,7 +33,11 @@ def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=N
             c.engine = SharedEngine(c.engine)
         engine = c.engine
         samples = run.start_step * config.rollout.prompts_per_step * config.rollout.n  # trained trajectories so far
-        with RolloutPool(c, config, engine, first_seq=c.stream.position) as pool:
+        pool = RolloutPool(c, config, engine, first_seq=c.stream.position)
+        if "source" in run.resumed_state:  # before any worker takes a ticket
+            pool.source.load_state_dict(run.resumed_state["source"])
+        run.checkpoint_state = lambda: checkpoint_state(pool)
+        with pool:
             for step in range(run.start_step, config.train.steps):
                 step_started, version = time.perf_counter(), engine.policy_version
                 # 1. wait for prompts_per_step complete groups that are fresh enough
@@ -57,6 +63,12 @@ def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=N
                              "trained_at_version": version} for t in batch]
                 run.record(step + 1, batch, metrics, step_seconds, versions)
     return run.result
+
+
+def checkpoint_state(pool: RolloutPool) -> dict:
+    """The task source's state, its stream position taken under the same lock as its pending tasks."""
+    source = pool.source.state_dict()
+    return {"stream": source["stream"], "source": source}
 
 
 def collect_batch(pool: RolloutPool, config: RunConfig, version: int, step: int | None = None) -> tuple[list[Group], dict[str, float]]:

@@ -8,6 +8,11 @@ learner drops (too stale, all failed, rejected by dynamic sampling) must be sett
 it is dropped: a dropped group that kept its slot would hold the producers back for nothing.
 Settling is idempotent per ticket, so a rejected group that a step trains after all (dynamic
 sampling's fallback) is not counted twice.
+
+A checkpoint holds the source's `state_dict`: the stream position, the next ticket number and
+every task handed out or re-queued but not yet trained (in the buffer, in a worker's hands, in
+the re-queue). A resumed run plays those first, so a kill loses no queued task and, since the
+checkpoint's weights hold exactly the groups trained before it, trains none twice.
 """
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ class TaskSource:
         self._cond = threading.Condition()
         self._stream, self._requeued = stream, deque()
         self._seq, self._version, self._limit = first_seq, version, limit
-        self._outstanding: set[int] = set()  # seq of every ticket handed out and not yet settled
+        self._outstanding: dict[int, Ticket] = {}  # every ticket handed out and not yet settled, by seq
         self.requeued_total = 0
         self.closed = False
 
@@ -64,7 +69,7 @@ class TaskSource:
             task = self._requeued.popleft() if self._requeued else self._stream.next(1)[0]
             ticket = Ticket(self._seq, task, self._version)
             self._seq += 1
-            self._outstanding.add(ticket.seq)
+            self._outstanding[ticket.seq] = ticket
             return ticket
 
     @property
@@ -82,11 +87,30 @@ class TaskSource:
         tasks are played again (first). A ticket already settled is ignored (not re-queued twice)."""
         with self._cond:
             fresh = [t for t in tickets if t.seq in self._outstanding]
-            self._outstanding.difference_update(t.seq for t in fresh)
+            for ticket in fresh:
+                del self._outstanding[ticket.seq]
             if requeue:
                 self._requeued.extendleft(reversed([t.task for t in fresh]))
                 self.requeued_total += len(fresh)
             self._cond.notify_all()
+
+    def state_dict(self) -> dict:
+        """The stream position, the next ticket number and the untrained tasks (re-queued first,
+        then those handed out, by ticket), taken together under the lock."""
+        with self._cond:
+            pending = [task.id for task in self._requeued] + [self._outstanding[seq].task.id for seq in sorted(self._outstanding)]
+            return {"stream": self._stream.state_dict(), "next_seq": self._seq, "pending_tasks": pending}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the stream's position (loaded by the run) stays; the pending tasks go first."""
+        by_id = {task.id: task for task in reversed(self._stream.tasks)}
+        missing = [task_id for task_id in state["pending_tasks"] if task_id not in by_id]
+        if missing:
+            raise ValueError(f"the checkpoint's pending tasks {missing[:5]} are not among this run's tasks; "
+                             "resume with the same env settings")
+        with self._cond:
+            self._requeued = deque(by_id[task_id] for task_id in state["pending_tasks"])
+            self._seq = state["next_seq"]
 
     def set_version(self, version: int) -> None:
         with self._cond:

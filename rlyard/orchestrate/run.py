@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from rlyard.algos.filters import is_truncated
@@ -18,6 +20,7 @@ from rlyard.observe.store import write_atomic
 from rlyard.orchestrate.evaluate import evaluate
 from rlyard.orchestrate.sampling import agent_limits
 from rlyard.orchestrate.setup import Components, build, push_weights
+from rlyard.testing.kill import kill_point
 from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlyard.types import Trajectory
 
@@ -75,7 +78,10 @@ class Run:
         self.c = c = build(config, engine=engine, shard=bool(followers), followers=followers)
         self.start_step, self.base_accuracy, self.train_seconds = 0, None, 0.0
         self.final_accuracy: float | None = None
-        checkpoint = latest_checkpoint(run_dir) if resume else None
+        self.resumed_state: dict[str, Any] = {}  # the checkpoint's saved state, when resumed
+        # the loop's own state for each checkpoint (async: the task source's pending tickets)
+        self.checkpoint_state: Callable[[], dict[str, Any]] | None = None
+        checkpoint = latest_checkpoint(run_dir) if resume else None  # the newest that passes its checksums
         if resume and checkpoint is None:
             print(f"[rlyard] no checkpoint in {run_dir}; starting from step 0")
         if checkpoint is not None:
@@ -84,6 +90,7 @@ class Run:
             else:
                 state = load_checkpoint(checkpoint, c.model, c.learner.optimizer, c.learner.critic)
             c.stream.load_state_dict(state["stream"])
+            self.resumed_state = state
             self.start_step, self.base_accuracy = state["step"], state.get("base_accuracy")
             self.train_seconds = state.get("train_seconds", 0.0)
             push_weights(c, state["policy_version"])
@@ -120,13 +127,15 @@ class Run:
         self.logger.log(step, metrics)
         rows = [trajectory_row(t, self.prompt_text(t)) for t in batch]
         self.store.append(step, [row | more for row, more in zip(rows, extra)] if extra else rows)
+        kill_point("logged")
         if (config.output.checkpoint_every and step % config.output.checkpoint_every == 0) or step == config.train.steps:
             # a learner over several ranks gathers its sharded state on this one first
             gathered = c.learner.gather_checkpoint(config.model.lora.enabled) if hasattr(c.learner, "gather_checkpoint") else None
-            save_checkpoint(self.run_dir, step, c.model, c.learner.optimizer, {
-                "stream": c.stream.state_dict(), "policy_version": c.engine.policy_version,
-                "base_accuracy": self.base_accuracy, "train_seconds": self.train_seconds,
-            }, keep=config.output.keep_checkpoints, critic=c.learner.critic, gathered=gathered)
+            state = {"stream": c.stream.state_dict(), "policy_version": c.engine.policy_version,
+                     "base_accuracy": self.base_accuracy, "train_seconds": self.train_seconds}
+            save_checkpoint(self.run_dir, step, c.model, c.learner.optimizer, state | (self.checkpoint_state() if self.checkpoint_state else {}),
+                            keep=config.output.keep_checkpoints, critic=c.learner.critic, gathered=gathered)
+            kill_point("after_checkpoint")
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
