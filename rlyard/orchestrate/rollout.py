@@ -1,9 +1,13 @@
 """Single-turn rollouts: tasks -> prompts -> engine samples -> verdicts -> Trajectories.
 
-A broken environment or verifier fails its own episode (flagged `infra_error`), never the run.
+A broken environment or verifier fails its own episode (flagged `infra_error`), never the run:
+one whose reset, step or score raises, or whose verdict is no Reward, or not a finite number
+(NaN, inf, a str, None; a component too), which would otherwise train as a reward.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import time
 import traceback
 from dataclasses import replace
@@ -12,6 +16,7 @@ from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
 from rlyard.harness.runner import play_episodes
+from rlyard.testing.kill import kill_point
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
 
 
@@ -45,15 +50,23 @@ def rollout(
         group_ids = [f"{group_prefix}{t}:{task.id}" for t, task in enumerate(tasks) for _ in range(n)]
         envs_flat = [family.make_env() for _ in flat_tasks]
         played = play_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
-        return score_groups(family, tasks, group_prefix, played)
+        kill_point("rollout")
+        return checked(score_groups(family, tasks, group_prefix, checked(played)))
     envs = [[family.make_env() for _ in range(n)] for _ in tasks]
-    prompts = []
-    for task, task_envs in zip(tasks, envs):
-        messages = [env.reset(task) for env in task_envs][0]
-        prompts.append(render_prompt(tokenizer, messages))
+    prompts, reset_errors = [], {}
+    for t, (task, task_envs) in enumerate(zip(tasks, envs)):
+        shown = None
+        for env in task_envs:
+            try:
+                messages = env.reset(task)
+                shown = messages if shown is None else shown
+            except Exception:  # this episode only: a sandbox that did not start, a broken reset
+                reset_errors[id(env)] = traceback.format_exc(limit=3)
+        prompts.append(render_prompt(tokenizer, shown if shown is not None else list(task.prompt)))
     started = time.perf_counter()
     completions = engine.generate(prompts, params, n=n)
     generate_seconds = (time.perf_counter() - started) / max(1, len(tasks) * n)
+    kill_point("rollout")
 
     samples = [(t, env, completion) for t, group in enumerate(completions) for env, completion in zip(envs[t], group)]
     texts = [tokenizer.decode(completion.token_ids, skip_special_tokens=True) for _, _, completion in samples]
@@ -61,9 +74,14 @@ def rollout(
     if family.score_batch is not None:
         verdicts = batch_verdicts(family, [tasks[t] for t, _, _ in samples], texts, [c.token_ids for _, _, c in samples])
         for _, env, _ in samples:
-            env.close()
+            close_quietly(env)
     else:
-        verdicts = [env_verdict(env, text) for (_, env, _), text in zip(samples, texts)]
+        verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else env_verdict(env, text)
+                    for (_, env, _), text in zip(samples, texts)]
+    verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else v for (_, env, _), v in zip(samples, verdicts)]
+    for _, env, _ in samples:
+        if id(env) in reset_errors:
+            close_quietly(env)
     verify_seconds = (time.perf_counter() - verify_started) / max(1, len(samples))
 
     trajectories = []
@@ -85,7 +103,42 @@ def rollout(
             completion_text=text if not error else f"{text}\n[verifier error]\n{error}",
             timings={"generate": generate_seconds, "verify": verify_seconds}, info=dict(reward.info) if reward else {},
         ))
-    return score_groups(family, tasks, group_prefix, trajectories)
+    return checked(score_groups(family, tasks, group_prefix, checked(trajectories)))
+
+
+def _not_finite(value) -> bool:
+    return isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+
+
+def reward_problem(value, components) -> str | None:
+    """Why this reward cannot train (a number that is not finite, or not a number), or None."""
+    if _not_finite(value):
+        return f"the grader's reward is {value!r}, not a finite number"
+    if not isinstance(components, dict):
+        return f"the grader's components are {components!r}, not a dict of numbers"
+    broken = {name: v for name, v in components.items() if _not_finite(v)}
+    return f"the grader's components {broken!r} are not finite numbers" if broken else None
+
+
+def verdict_problem(verdict) -> str | None:
+    """Why a grader's verdict is unusable (no Reward, or a reward that cannot train), or None."""
+    if not isinstance(verdict, Reward):
+        return f"the grader returned {verdict!r}, not a Reward"
+    problem = None if verdict.infra_error else reward_problem(verdict.value, verdict.components)
+    return f"{problem}: {verdict!r}" if problem else None
+
+
+def checked(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """Every trajectory whose reward cannot train becomes an infra episode (reward 0, out of its group)."""
+    out = []
+    for trajectory in trajectories:
+        problem = None if trajectory.infra_error else reward_problem(trajectory.reward, trajectory.components)
+        if problem is not None:
+            trajectory = replace(trajectory, reward=0.0, components={}, infra_error=True, finish_reason="infra_error",
+                                 completion_text=f"{trajectory.completion_text}\n[invalid reward]\n{problem}",
+                                 info={**trajectory.info, "error": problem})
+        out.append(trajectory)
+    return out
 
 
 def score_groups(family: Family, tasks: list[Task], group_prefix: str, trajectories: list[Trajectory]) -> list[Trajectory]:
@@ -124,11 +177,21 @@ def env_verdict(env, text: str) -> tuple[Reward | None, str | None]:
     """(reward, None), or (None, the traceback) when the environment or its verifier broke."""
     try:
         env.step(text)
-        return env.score(), None
+        verdict = env.score()
+        if problem := verdict_problem(verdict):
+            return None, problem
+        return verdict, None
     except Exception:  # a broken verifier fails this episode only
         return None, traceback.format_exc(limit=3)
     finally:
+        close_quietly(env)
+
+
+def close_quietly(env) -> None:
+    try:
         env.close()
+    except Exception:  # noqa: BLE001 - a failing cleanup must not lose a finished episode
+        pass
 
 
 def batch_verdicts(family: Family, tasks: list[Task], texts: list[str], ids: list[list[int]]) -> list[tuple[Reward | None, str | None]]:
@@ -137,7 +200,7 @@ def batch_verdicts(family: Family, tasks: list[Task], texts: list[str], ids: lis
         rewards = family.score_batch(tasks, texts, ids)
         if len(rewards) != len(tasks):
             raise ValueError(f"score_batch returned {len(rewards)} rewards for {len(tasks)} samples")
-        return [(reward, None) for reward in rewards]
+        return [(None, problem) if (problem := verdict_problem(reward)) else (reward, None) for reward in rewards]
     except Exception:
         error = traceback.format_exc(limit=3)
         return [(None, error)] * len(tasks)
