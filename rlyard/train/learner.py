@@ -32,6 +32,7 @@ from rlyard.algos.policy_losses import DEFAULT_BEHAVIOUR_WEIGHT_CAP, cispo, deco
 from rlyard.algos.value import value_loss
 from rlyard.models.loading import autocast
 from rlyard.models.lora import reference_mode
+from rlyard.testing.kill import kill_point
 from rlyard.train import fsdp
 from rlyard.train.critic import Critic
 from rlyard.train.logprobs import backbone_and_head, continuation_logprobs, unshared_continuation_logprobs
@@ -270,6 +271,7 @@ class Learner:
         # sent seed 1 of bench/vs_trl.py into a reward-0 dead end, as it does TRL's own seeds 5 and 6
         # (docs/benchmarks.md).
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)  # sharded: the global norm (a DTensor)
+        kill_point("update")  # tests/test_kill_resume.py: gradients computed, not applied
         self.optimizer.step()
         if self.critic is not None:
             self.critic.step()
