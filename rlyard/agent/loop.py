@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Environment
 from rlyard.models.templates import MARK, choose_tool_format, end_of_message_id, render, shows_tool_messages, thinks
-from rlyard.types import Message, SamplingParams, Task, Trajectory
+from rlyard.types import Message, Reward, SamplingParams, Task, Trajectory
 
 
 @dataclass(frozen=True)
@@ -348,6 +348,8 @@ def finish(episode: Episode, seconds: float) -> Trajectory:
     if not episode.infra_error:
         try:
             verdict = episode.env.score()
+            if not isinstance(verdict, Reward):  # rollout.checked() refuses rewards that are no finite number
+                raise TypeError(f"score() returned {verdict!r}, not a Reward")
             reward, components, episode.infra_error = verdict.value, dict(verdict.components), verdict.infra_error
             details = dict(verdict.info)
         except Exception:
