@@ -84,7 +84,10 @@ def test_features_equal_hand_counts() -> None:
 def test_features_pickup_syncopation_and_voices() -> None:
     header = parse_header(SYNCOPATED)
     assert pickup_quarters(header.body, 1 / 8, 4.0) == 0.5
-    assert pickup_quarters("|:(3ABc d|", 1 / 8, 4.0) == 1.5 and pickup_quarters('"G"[DF]2 {g}A/B/|', 1 / 8, 4.0) == 1.5
+    # a triplet of eighths is one quarter; a chord lasts as its first note, times its own multiplier
+    for body, quarters in (("|:(3ABc d|", 1.5), ('"G"[DF]2 {g}A/B/|', 1.5), ("[|[DF]A/B/|", 1.0), ("[D2F2]A|", 1.5),
+                           ("GABc d4|", 0.0)):
+        assert pickup_quarters(body, 1 / 8, 4.0) == quarters, body
     got = feats(SYNCOPATED)
     assert got["syncopation"] == pytest.approx(2 / 17)  # 17 notes, the two c2 after an eighth
     assert got["note_density"] == pytest.approx(17 / 16) and got["bars"] == 4

@@ -208,7 +208,8 @@ def parse_fraction(value: str | None) -> float | None:
 
 
 _NOISE = re.compile(r'"[^"]*"|![^!\n]*!|\{[^}]*\}|\+[^+\n]*\+|\[[A-Za-z]:[^\]]*\]')
-_TOKEN = re.compile(r"\((\d)|(\[)|(\])|[\^_=]*[A-Ga-gzx][,']*(\d*)(/*)(\d*)")
+_TOKEN = re.compile(r"\((\d)|(\[)|\](\d*)(/*)(\d*)|[\^_=]*[A-Ga-gzx][,']*(\d*)(/*)(\d*)")
+_LEADING_BARS = re.compile(r"^(?:\s|\[\||\|\]|\|\||\|:|:\||\||:|\[\d)*")
 _TUPLET = {2: 3 / 2, 3: 2 / 3, 4: 3 / 4, 6: 2 / 3}
 
 
@@ -219,7 +220,7 @@ def pickup_quarters(body: str, unit: float, bar_quarters: float) -> float:
     that first segment is read: notes, rests, chords and tuplets; grace notes, decorations and
     chord symbols take no time, and broken rhythm (a>b) keeps the pair's total.
     """
-    first = _NOISE.sub("", body).lstrip(" \t\n|:[")
+    first = _LEADING_BARS.sub("", _NOISE.sub("", body))
     segment = re.split(r"[|:]", first, maxsplit=1)[0]
     total, tuplet_left, tuplet, chord = 0.0, 0, 1.0, None
     for m in _TOKEN.finditer(segment):
@@ -227,13 +228,11 @@ def pickup_quarters(body: str, unit: float, bar_quarters: float) -> float:
             tuplet_left, tuplet = int(m.group(1)), _TUPLET.get(int(m.group(1)), 1.0)
         elif m.group(2):
             chord = 0.0
-        elif m.group(3):
-            if chord is not None:
-                total, chord = total + chord, None
+        elif m.group(0).startswith("]"):
+            if chord is not None:  # [CE]2: the chord's length times its own multiplier
+                total, chord = total + chord * _multiplier(m.group(3), m.group(4), m.group(5)), None
         else:
-            num = int(m.group(4)) if m.group(4) else 1
-            den = (int(m.group(6)) if m.group(6) else 2 ** len(m.group(5))) if m.group(5) else 1
-            length = unit * 4 * num / den
+            length = unit * 4 * _multiplier(m.group(6), m.group(7), m.group(8))
             if tuplet_left:
                 length, tuplet_left = length * tuplet, tuplet_left - 1
             if chord is not None:
@@ -241,3 +240,10 @@ def pickup_quarters(body: str, unit: float, bar_quarters: float) -> float:
             else:
                 total += length
     return total if 0 < total < bar_quarters - 1e-9 else 0.0
+
+
+def _multiplier(numerator: str, slashes: str, denominator: str) -> float:
+    """An ABC length: "3" is 3, "/" is 1/2, "//" is 1/4, "3/2" is 3/2."""
+    num = int(numerator) if numerator else 1
+    den = (int(denominator) if denominator else 2 ** len(slashes)) if slashes else 1
+    return num / den

@@ -115,10 +115,12 @@ def grade(reply: str, constraints: dict[str, dict[str, Any]], constraint_weight:
     if analysis.reject:
         return Reward(0.0, components={f"gate_{analysis.reject}": 1.0},
                       info={"reject": analysis.reject, "detail": analysis.detail, "abc2midi": analysis.console[-2000:]})
-    skip = frozenset().union(*(SKIP_FOR.get(kind, frozenset()) for kind in constraints))
-    value, components, info = quality(analysis, skip)
-    music = Music(analysis.header, analysis.midi, analysis.features, analysis.bar_warnings)
-    verdicts = check_all(constraints, music)
+    try:
+        skip = frozenset().union(*(SKIP_FOR.get(kind, frozenset()) for kind in constraints))
+        value, components, info = quality(analysis, skip)
+        verdicts = check_all(constraints, Music(analysis.header, analysis.midi, analysis.features, analysis.bar_warnings))
+    except Exception as error:  # a tune that passed the gate and still breaks the scoring is the grader's bug
+        return Reward(0.0, info={"error": f"music scoring failed: {type(error).__name__}: {error}"}, infra_error=True)
     met = sum(ok for ok, _ in verdicts.values()) / len(verdicts) if verdicts else 1.0
     components["constraints"] = met
     components.update({f"constraint_{kind}": float(ok) for kind, (ok, _) in verdicts.items()})
