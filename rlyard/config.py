@@ -135,7 +135,24 @@ class ConfigError(ValueError):
 
 
 class _Yaml12Loader(yaml.SafeLoader):
-    """YAML 1.2 floats: `2e-5` is a float (PyYAML's YAML 1.1 rules want `2.0e-5`)."""
+    """YAML 1.2 floats: `2e-5` is a float (PyYAML's YAML 1.1 rules want `2.0e-5`); a key given
+    twice in one mapping is an error (PyYAML keeps the last silently, so a second `train:`
+    section would quietly replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice (first on line "
+                                                        f"{first.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
 
 class _Yaml12Dumper(yaml.SafeDumper):
@@ -155,6 +172,26 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Yaml12Loader)
 
 
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's multi-line report as one line: where, then what."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        context = f" ({error.context})" if error.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}{context}"
+    return " ".join(str(error).split())
+
+
+def read_text(path: Path, what: str) -> str:
+    """A config file's text; a file that is not UTF-8 is refused naming the byte and its line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ConfigError(f"{what} {path} is not UTF-8: byte 0x{data[error.start]:02x} on line {line}; "
+                          "save it as UTF-8") from None
+
+
 def write_yaml(data: Any) -> str:
     """YAML that `read_yaml` reads back equal (strings that look like numbers are quoted)."""
     return yaml.dump(data, Dumper=_Yaml12Dumper, sort_keys=False, allow_unicode=True)
@@ -166,7 +203,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {text!r}: empty key")
-    return key.split("."), read_yaml(raw) if raw != "" else ""
+    try:
+        return key.split("."), read_yaml(raw) if raw != "" else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({yaml_problem(error)}); "
+                          "quote it to pass a string, e.g. key='[1,'") from None
 
 
 def _set_dotted(tree: dict, path: list[str], value: Any, original: str) -> None:
@@ -216,9 +257,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
     if path is not None:
         path = resolve_config_path(path)
         try:
-            data = read_yaml(path.read_text()) or {}
+            data = read_yaml(read_text(path, "config file")) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+            raise ConfigError(f"config file {path} is not valid YAML: {yaml_problem(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping at the top level")
         data.setdefault("name", path.stem)
@@ -303,9 +344,9 @@ def load_algo_preset(name: str) -> dict:
         raise ConfigError(f"algo={name}: no preset configs/algos/{name}.yaml (looked in {looked}); available: {available}")
     path = found[0]
     try:
-        preset = read_yaml(path.read_text())
+        preset = read_yaml(read_text(path, "algo preset"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"algo preset {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"algo preset {path} is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(preset, dict):
         raise ConfigError(f"algo preset {path} must hold a mapping of algo keys")
     return preset
@@ -324,9 +365,9 @@ def load_run_config(run_dir: Path, overrides: list[str] = ()) -> RunConfig:
     if not saved.exists():
         raise ConfigError(f"{run_dir} has no config.yaml: is it a run folder?")
     try:
-        data = read_yaml(saved.read_text()) or {}
-    except (yaml.YAMLError, ValueError) as exc:
-        raise ConfigError(f"{saved} is not a readable config: {exc}") from None
+        data = read_yaml(read_text(saved, "run config")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{saved} is not a readable config: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{saved} must hold a mapping at the top level")
     data = apply_overrides(data, list(overrides))

@@ -6,9 +6,10 @@ re-exports every name here, so `from rlyard.config import AlgoConfig` keeps work
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 INT8_DEFAULT_TIS_CAP = 2.0  # verl's default truncation of the rollout importance weight
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -43,6 +44,16 @@ class ModelConfig(Strict):
     chat_template: str | None = None  # a Jinja chat template file (or the template text) replacing the tokenizer's
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
     init_from: str | None = None  # a run folder of `rlyard sft` / `rlyard train` (or its checkpoints/step_N): its weights start the policy
+
+    @field_validator("name")
+    @classmethod
+    def _local_model_exists(cls, name: str) -> str:
+        """A name written as a path (/..., ./..., ../..., ~/...) is a local model: refused now
+        when it is missing, not by transformers after the run folder is made."""
+        if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+            raise ValueError(f"no such folder {name!r} (a local model path; a Hugging Face id looks like org/name, "
+                             "and 'embedded' is the built-in SmolLM2-135M)")
+        return name
 
 
 class RolloutConfig(Strict):

@@ -84,7 +84,12 @@ def read_rows(path: str | Path, dataset_split: str | None = None) -> list[dict[s
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    text = path.read_text()
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise RowError(f"{path}: line {line}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8") from None
     if path.suffix == ".json":
         try:
             rows = json.loads(text)
@@ -98,8 +103,8 @@ def read_rows(path: str | Path, dataset_split: str | None = None) -> list[dict[s
         if line.strip():
             try:
                 rows.append(json.loads(line))
-            except ValueError as e:
-                raise RowError(f"{path}: row {number}: not valid JSON ({e})") from e
+            except json.JSONDecodeError as e:
+                raise RowError(f"{path}: row {number}: not valid JSON ({e.msg} at column {e.colno})") from e
     return rows
 
 

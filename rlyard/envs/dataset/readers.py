@@ -6,6 +6,7 @@ the message has the file open, not rlyard's code.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -21,56 +22,86 @@ class DatasetError(ConfigError):
 
 def read_rows(path: str | Path, split: str | None = None) -> list[dict[str, Any]]:
     """The rows of `path` as dicts, in file order (`split` picks one of a DatasetDict folder's)."""
+    return [row for _, row in read_numbered_rows(path, split)]
+
+
+def read_numbered_rows(path: str | Path, split: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(where, row) pairs: `where` is "row N", plus "(line L)" for JSONL and CSV rows that an editor
+    shows on another line (blank lines, a CSV's header, quoted line breaks)."""
     path = Path(path).expanduser()
     if not path.exists():
         raise DatasetError(f"{path}: no such file or folder (relative paths are read from {Path.cwd()})")
     if path.is_dir():
-        rows = _read_saved_dataset(path, split)
+        rows = _numbered(_read_saved_dataset(path, split))
     elif path.suffix in (".jsonl", ".ndjson"):
         rows = _read_jsonl(path)
     elif path.suffix == ".json":
         rows = _read_json(path)
     elif path.suffix == ".parquet":
-        rows = _read_parquet(path)
+        rows = _numbered(_read_parquet(path))
     elif path.suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle, delimiter="\t" if path.suffix == ".tsv" else ","))
+        rows = _read_csv(path)
     else:
         raise DatasetError(f"{path}: unknown format {path.suffix or '(no suffix)'!r}; rlyard reads {FORMATS}")
     if not rows:
         raise DatasetError(f"{path}: no rows (the file is empty)" if path.is_file() else f"{path}: no rows")
-    for number, row in enumerate(rows, 1):
+    for where, row in rows:
         if not isinstance(row, dict):
-            raise DatasetError(f"{path} row {number}: a row must be an object of columns, got {type(row).__name__}")
+            raise DatasetError(f"{path} {where}: a row must be an object of columns, got {type(row).__name__}")
     return rows
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise DatasetError(f"{path} line {number}: not JSON ({error.msg} at column {error.colno})") from None
-    return rows
+def _numbered(rows: list, lines: list[int] | None = None) -> list[tuple[str, Any]]:
+    lines = lines or list(range(1, len(rows) + 1))
+    return [(f"row {number}" + (f" (line {line})" if line != number else ""), row)
+            for number, (line, row) in enumerate(zip(lines, rows), 1)]
 
 
-def _read_json(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+def _text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line, line_start = data.count(b"\n", 0, error.start) + 1, data.rfind(b"\n", 0, error.start) + 1
+        raise DatasetError(f"{path} line {line}: not UTF-8 (byte 0x{data[error.start]:02x} at column "
+                           f"{error.start - line_start + 1}); save the file as UTF-8") from None
+
+
+def _read_jsonl(path: Path, text: str | None = None) -> list[tuple[str, Any]]:
+    rows, lines = [], []
+    for number, line in enumerate((_text(path) if text is None else text).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{path} line {number}: not JSON ({error.msg} at column {error.colno})") from None
+        lines.append(number)
+    return _numbered(rows, lines)
+
+
+def _read_json(path: Path) -> list[tuple[str, Any]]:
+    text = _text(path)
     if not text.strip():
         return []
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        return _read_jsonl(path)  # JSON lines saved as .json
+        return _read_jsonl(path, text)  # JSON lines saved as .json
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
         raise DatasetError(f"{path}: a .json file holds a list of rows (or {{\"data\": [...]}}), got {type(data).__name__}")
-    return data
+    return _numbered(data)
+
+
+def _read_csv(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    reader = csv.DictReader(io.StringIO(_text(path), newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
+    rows, lines = [], []
+    for row in reader:  # line_num: the record's last line
+        rows.append(row)
+        lines.append(reader.line_num)
+    return _numbered(rows, lines)
 
 
 def _read_parquet(path: Path) -> list[dict[str, Any]]:

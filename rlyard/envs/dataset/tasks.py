@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlyard.envs.dataset.readers import DatasetError, read_rows, saved_splits
+from rlyard.envs.dataset.readers import DatasetError, read_numbered_rows, saved_splits
 from rlyard.envs.splits import merge_options
 from rlyard.types import Task
 
@@ -61,11 +61,11 @@ def _tasks(key: str, *stamps) -> dict[str, list[Task]]:
     eval_split = opts["eval_split"]
     if eval_split is None and not opts["eval_path"]:
         eval_split = next((name for name in ("test", "validation") if name in saved_splits(path)), None)
-    train_rows = _tasks_of(path, read_rows(path, opts["train_split"]), opts)
+    train_rows = _tasks_of(path, read_numbered_rows(path, opts["train_split"]), opts)
     if opts["eval_path"]:
-        return {"train": train_rows, "eval": _tasks_of(opts["eval_path"], read_rows(opts["eval_path"]), opts)}
+        return {"train": train_rows, "eval": _tasks_of(opts["eval_path"], read_numbered_rows(opts["eval_path"]), opts)}
     if eval_split is not None:
-        return {"train": train_rows, "eval": _tasks_of(path, read_rows(path, eval_split), opts, prefix=eval_split)}
+        return {"train": train_rows, "eval": _tasks_of(path, read_numbered_rows(path, eval_split), opts, prefix=eval_split)}
     held_out = [held_out_row(task.prompt, opts["eval_fraction"]) for task in train_rows]
     return {"train": [t for t, out in zip(train_rows, held_out) if not out],
             "eval": [t for t, out in zip(train_rows, held_out) if out]}
@@ -76,11 +76,12 @@ def held_out_row(prompt: list[dict], fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") % 10_000 < round(fraction * 10_000)
 
 
-def _tasks_of(path: str, rows: list[dict[str, Any]], opts: dict[str, Any], prefix: str = "") -> list[Task]:
+def _tasks_of(path: str, rows: list[tuple[str, dict[str, Any]]], opts: dict[str, Any], prefix: str = "") -> list[Task]:
+    """`rows`: (where, row) pairs; a task's default id counts rows (blank lines do not move it)."""
     stem = (prefix + "-" if prefix else "") + Path(path).stem
     tasks, seen = [], set()
-    for number, row in enumerate(rows, 1):
-        where = f"{path} row {number}"
+    for number, (line, row) in enumerate(rows, 1):
+        where = f"{path} {line}"
         task = row_task(row, where, opts, default_id=f"{stem}-{number}")
         if task.id in seen:
             raise DatasetError(f"{where}: id {task.id!r} (column {opts['id_column']!r}) is used by an earlier row")
