@@ -274,7 +274,8 @@ def render_docs(tmp: Path) -> str:
              "`tests/test_bad_input.py`, which also checks the real entry point in fresh processes for",
              "tracebacks. This page is written by `python tests/test_bad_input.py` (the messages as rlyard",
              "gives them today; temporary folders shown as DIR). How faults during a run are survived:",
-             "[reliability.md](reliability.md).", "",
+             "[reliability.md](reliability.md); sandboxes under load and their per-sandbox limits:",
+             "[sandbox.md](sandbox.md#per-sandbox-limits-cgroups-and-the-fallback).", "",
              f"{len(rows)} cases.", "", "| kind | case | input | error |", "|---|---|---|---|"]
     lines += [f"| {kind} | {name} | {_cell(given)} | {_cell(message)} |" for kind, name, given, message in rows]
     return "\n".join(lines) + "\n"
