@@ -105,7 +105,7 @@ def test_extraction() -> None:
     assert extract_tune(reply) == COUNT
     assert extract_tune(f"notes first\n{COUNT}\nX:5\nT:last\nK:C\nCDE|") == "X:5\nT:last\nK:C\nCDE|"
     assert extract_tune("no tune at all") is None
-    assert grade("no tune at all", {}).components == {"gate_no_tune": 1.0}
+    assert grade("no tune at all", {}).components == {"rejected": 1.0, "gate_no_tune": 1.0}
 
 
 def test_reject_rules() -> None:
@@ -121,18 +121,18 @@ def test_reject_rules() -> None:
     cases["bar_warnings"] = ten_long
     for reason, tune in cases.items():
         reward = grade(f"```abc\n{tune}\n```", ALL)
-        assert reward.value == 0.0 and reward.components == {f"gate_{reason}": 1.0}, (reason, reward)
+        assert reward.value == 0.0 and reward.components == {"rejected": 1.0, f"gate_{reason}": 1.0}, (reason, reward)
         assert reward.info["reject"] == reason and not reward.infra_error
     nine_long = "X:1\nM:4/4\nL:1/8\nK:C\n" + "CDEF GABcd|" * 10 + "c8|]"
     assert analyse(nine_long).reject == "" and analyse(nine_long).bar_warnings == 9
     two_voices = TWO_VOICES.replace("V:1\n", "V:1\n%%MIDI program 73\n").replace("V:2\n", "V:2\n%%MIDI program 32\n")
     assert analyse(two_voices).reject == ""  # one instrument per channel
-    assert grade(COUNT, ALL, timeout_s=1e-4).components == {"gate_timeout": 1.0}
+    assert grade(COUNT, ALL, timeout_s=1e-4).components == {"rejected": 1.0, "gate_timeout": 1.0}
 
 
 def test_each_constraint_met_and_missed() -> None:
     good = grade(with_program(COUNT), ALL)
-    assert good.components["constraints"] == 1.0 and good.info["unmet"] == {}, good.info
+    assert good.components["rejected"] == 0.0 and good.components["constraints"] == 1.0 and good.info["unmet"] == {}, good.info
     missed = {
         "key": [COUNT.replace("K:G", "K:D"), COUNT.replace("A2 F2 G4|]", "A2 F2 G2 A2|]"),  # ends on A
                 COUNT.replace("K:G", "K:G\nK:G"), COUNT.replace("GABc d2 B2|A2 G2 E4|", "_G_A_B_c _d2 _B2|_A2 _G2 _E4|")],

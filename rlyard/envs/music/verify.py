@@ -6,8 +6,9 @@
 The constraint score is the share of the prompt's constraints met. Multiplying rather than
 adding means neither half can be farmed alone: a tune that ignores the prompt keeps at most
 half its quality, and meeting every constraint with a tune that is not music (one held note)
-still pays only that tune's low quality. A rejected tune scores 0 with the reason as its only
-component (`gate_<reason>`), and abc2midi's own output in info.
+still pays only that tune's low quality. A rejected tune scores 0 with the reason as a
+component (`gate_<reason>`) and abc2midi's own output in info; `rejected` (0 or 1) is in every
+grade, so its mean over a step is the share of tunes the gate threw out.
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def grade(reply: str, constraints: dict[str, dict[str, Any]], constraint_weight:
     except OSError as error:  # the temp folder or the process could not be made: the machine's fault
         return Reward(0.0, info={"error": f"abc2midi could not run: {error}"}, infra_error=True)
     if analysis.reject:
-        return Reward(0.0, components={f"gate_{analysis.reject}": 1.0},
+        return Reward(0.0, components={"rejected": 1.0, f"gate_{analysis.reject}": 1.0},
                       info={"reject": analysis.reject, "detail": analysis.detail, "abc2midi": analysis.console[-2000:]})
     try:
         skip = frozenset().union(*(SKIP_FOR.get(kind, frozenset()) for kind in constraints))
@@ -122,7 +123,7 @@ def grade(reply: str, constraints: dict[str, dict[str, Any]], constraint_weight:
     except Exception as error:  # a tune that passed the gate and still breaks the scoring is the grader's bug
         return Reward(0.0, info={"error": f"music scoring failed: {type(error).__name__}: {error}"}, infra_error=True)
     met = sum(ok for ok, _ in verdicts.values()) / len(verdicts) if verdicts else 1.0
-    components["constraints"] = met
+    components["rejected"], components["constraints"] = 0.0, met
     components.update({f"constraint_{kind}": float(ok) for kind, (ok, _) in verdicts.items()})
     info["unmet"] = {kind: why for kind, (ok, why) in verdicts.items() if not ok}
     reward = value * (1 - constraint_weight + constraint_weight * met)
