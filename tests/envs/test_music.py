@@ -153,6 +153,8 @@ def test_each_constraint_met_and_missed() -> None:
         met = grade(with_program(COUNT), {kind: ALL[kind]})
         assert met.components[f"constraint_{kind}"] == 1.0, (kind, met.info)
     assert grade(TWO_VOICES, {"voices": {"voices": 2}}).components["constraint_voices"] == 1.0
+    inline = "X:1\nT:t\nM:4/4\nL:1/8\nK:G\n[V:1] GABc d2 B2|A2 G2 E4|\n[V:2] G,8|C8|"
+    assert grade(inline, {"voices": {"voices": 2}}).components["constraint_voices"] == 1.0  # inline [V:] voices
     assert note_number("C4") == 60 and note_number("F#5") == 78 and note_number("Bb3") == 58
 
 

@@ -24,7 +24,7 @@ MAX_CONSOLE_CHARS = 64_000
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _X_LINE = re.compile(r"^[ \t]*X:", re.M)
 _FIELD = re.compile(r"^([A-Za-z]):(.*)$")
-_INLINE_FIELD = re.compile(r"\[([KMLQ]):([^\]]*)\]")
+_INLINE_FIELD = re.compile(r"\[([KMLQV]):([^\]]*)\]")
 _BAR_WARNING = re.compile(r"Bar \d+ has")
 _ERROR = re.compile(r"^Error", re.M)
 
@@ -102,7 +102,10 @@ def parse_header(tune: str) -> Header:
         if in_body:
             body_lines.append(raw)
             for letter, value in _INLINE_FIELD.findall(raw):
-                header.body_changes.setdefault(letter, []).append(value.strip())
+                if letter == "V":
+                    _add_voice(header, value)
+                else:
+                    header.body_changes.setdefault(letter, []).append(value.strip())
     header.body = "\n".join(body_lines)
     return header
 
