@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rlyard.envs.webdev.checks import MEASURE_JS, normalize_checks, probes
 from rlyard.envs.webdev.gate import runtime_failure, syntax_errors
-from rlyard.envs.webdev.render import renderer
+from rlyard.envs.webdev.render import WORKERS, render_site
 from rlyard.envs.webdev.tasks import BUILTIN
 from rlyard.envs.webdev.visual import reference_png
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         site = folder / "reference"
         checks = normalize_checks(yaml.safe_load((folder / "task.yaml").read_text())["checks"], str(folder / "task.yaml"))
         errors = syntax_errors(site)
-        rendered = renderer().render(site, probes(checks), MEASURE_JS) if not errors else None
+        rendered = render_site(site, probes(checks), MEASURE_JS, 10.0) if not errors else None
         reason = errors[0] if errors else runtime_failure(rendered)[1]
         if reason or rendered.screenshot is None:
             print(f"FAIL {folder.name}: {reason or 'no screenshot'}")
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         png = reference_png(rendered.screenshot)
         (folder / "reference.png").write_bytes(png)
         print(f"ok   {folder.name}: {len(png)} bytes")
-    renderer().close()
+    WORKERS.close()
     return 1 if failed else 0
 
 

@@ -1,6 +1,6 @@
 """The webdev family against real Chromium, node and a real judge server; hostile pages score 0.
 
-One browser serves the whole module (the grader's per-thread renderer); the gate tests check
+The grader's browser workers serve the whole module (one browser each); the gate tests check
 that after each failure (a syntax error, a thrown error, an endless loop, an outside request, a
 missing index) the next ordinary page is still graded normally. Numbers are computed by hand in
 the comments: DOM-check fits, WCAG ratios, SSIM of flat images, the judge's picks and rewards.
@@ -22,7 +22,7 @@ import pytest
 
 from rlyard.envs import get_family
 from rlyard.envs.webdev.checks import contrast_ratio, normalize_checks
-from rlyard.envs.webdev.render import chromium_path, renderer
+from rlyard.envs.webdev.render import WORKERS, chromium_path
 from rlyard.envs.webdev.tasks import BUILTIN, load_spec, make_tasks
 from rlyard.envs.webdev.validate import check_task
 from rlyard.envs.webdev.verify import deduction, grade_dist
@@ -44,8 +44,8 @@ OK_CHECKS = [{"kind": "text", "selector": "h1", "contains": "Hello"}]
 
 @pytest.fixture(scope="module")
 def browser():
-    yield renderer()
-    renderer().close()
+    yield WORKERS
+    WORKERS.close()
 
 
 def site(root: Path, files: dict[str, str]) -> Path:

@@ -6,18 +6,22 @@ stay inside `dist/` (a link to the grader's reference page is a 404). Every othe
 aborted and counted, and the browser gets a dead proxy and a resolver that finds no host, so
 what a route does not see (a WebSocket, a prefetch) cannot leave the machine either.
 
-Playwright's sync objects belong to the thread that made them, so each thread keeps its own
-browser (`renderer()`), reused across pages: starting Chromium costs about as much as grading
-several pages (bench/webdev_render.py). A page that does not settle in time (a loop in a
+Playwright's sync objects belong to the thread that made them, so each browser lives in a worker
+thread of its own (`BrowserWorkers`, RLYARD_WEBDEV_BROWSERS per process, default 2) and is reused
+across pages: starting Chromium costs more than grading a page (bench/webdev_render.py). A page that does not settle in time (a loop in a
 script) times out; its context is closed, and if that fails the browser is replaced, so the
 next page is graded by a healthy one.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import mimetypes
+import os
+import queue
 import shutil
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -200,3 +204,70 @@ def renderer(timeout_s: float = 10.0) -> Renderer:
         current = _local.renderer = Renderer(timeout_s)
     current.timeout_s = timeout_s
     return current
+
+
+class BrowserWorkers:
+    """`count` long-lived threads, each owning one browser; graders in any thread hand them pages.
+
+    Rollout threads come and go (a harness pool's threads end with the pool), and a browser left
+    in a dead thread's local storage could never be closed: Playwright objects answer only their
+    own thread. So pages are rendered by these workers instead, never by the caller's thread.
+    """
+
+    def __init__(self, count: int):
+        self.count, self._queues, self._busy, self._lock = max(1, count), [], [], threading.Lock()
+
+    def _serve(self, jobs: queue.Queue, slot: int) -> None:
+        while True:
+            job, future = jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as error:
+                    future.set_exception(error)
+            with self._lock:
+                self._busy[slot] -= 1
+
+    def _submit(self, slot: int, job) -> Future:
+        future: Future = Future()
+        self._busy[slot] += 1
+        self._queues[slot].put((job, future))
+        return future
+
+    def _start(self) -> None:
+        for slot in range(self.count):
+            jobs: queue.Queue = queue.Queue()
+            self._queues.append(jobs)
+            self._busy.append(0)
+            threading.Thread(target=self._serve, args=(jobs, slot), daemon=True, name=f"rlyard-webdev-browser-{slot}").start()
+        atexit.register(self.close)
+
+    def run(self, job):
+        """`job()` on the least busy worker; its result, or its exception raised here."""
+        with self._lock:
+            if not self._queues:
+                self._start()
+            slot = min(range(self.count), key=self._busy.__getitem__)
+            future = self._submit(slot, job)
+        return future.result()
+
+    def each(self, job, timeout_s: float | None = None) -> None:
+        """`job()` once on every started worker (close or restart their browsers)."""
+        with self._lock:
+            futures = [self._submit(slot, job) for slot in range(len(self._queues))]
+        for future in futures:
+            future.result(timeout=timeout_s)
+
+    def close(self) -> None:
+        try:
+            self.each(lambda: renderer().close(), timeout_s=30)
+        except Exception:
+            pass
+
+
+WORKERS = BrowserWorkers(int(os.environ.get("RLYARD_WEBDEV_BROWSERS", "2")))
+
+
+def render_site(dist: Path, probes: dict[str, list[dict]], measure_js: str, timeout_s: float) -> Rendered:
+    """Render on one of the browser workers (RLYARD_WEBDEV_BROWSERS of them per process, default 2)."""
+    return WORKERS.run(lambda: renderer(timeout_s).render(dist, probes, measure_js))

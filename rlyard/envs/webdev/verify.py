@@ -20,7 +20,7 @@ from typing import Any
 
 from rlyard.envs.webdev.checks import MEASURE_JS, probes, query_fit
 from rlyard.envs.webdev.gate import NodeUnavailable, missing_index, runtime_failure, syntax_errors
-from rlyard.envs.webdev.render import RendererUnavailable, renderer
+from rlyard.envs.webdev.render import RendererUnavailable, render_site
 from rlyard.envs.webdev.visual import load_reference, visual_score
 from rlyard.types import Reward
 
@@ -74,7 +74,7 @@ def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
     if errors:
         return gated("syntax_error", errors[0], {**info, "syntax_errors": errors[:10]})
     checks = payload["checks"]
-    rendered = renderer(float(payload["timeout_s"])).render(dist, probes(checks), MEASURE_JS)
+    rendered = render_site(dist, probes(checks), MEASURE_JS, float(payload["timeout_s"]))
     info.update(blocked_requests=len(rendered.blocked), blocked=rendered.blocked[:10], missing=rendered.missing[:10],
                 page_errors=rendered.page_errors[:10])
     if rendered.screenshot is not None:
