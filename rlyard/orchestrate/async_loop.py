@@ -9,7 +9,8 @@ the workers. Off-policy data is corrected by algo.decoupled (AReaL's decoupled P
 algo.tis_cap. Runs checkpoint and resume, but are not reproducible sample for sample: which
 group lands in which step depends on thread timing. A checkpoint keeps the tasks handed out and
 not yet trained (buffer.TaskSource.state_dict); a resumed run plays them first, so a killed run
-neither loses a queued task nor trains one twice (tests/test_kill_resume.py).
+neither loses a queued task nor trains one twice (tests/test_kill_resume.py). Every dropped
+group's rows go to dropped.jsonl with the reason (`Run.record_dropped`): none vanishes unseen.
 """
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=N
             for step in range(run.start_step, config.train.steps):
                 step_started, version = time.perf_counter(), engine.policy_version
                 # 1. wait for prompts_per_step complete groups that are fresh enough
-                groups, metrics = collect_batch(pool, config, version, step)
+                dropped: list[tuple[Group, str]] = []
+                groups, metrics = collect_batch(pool, config, version, step, dropped)
+                run.record_dropped(step + 1, dropped)
                 waited = time.perf_counter() - step_started
                 batch = [t for g in groups for t in g.trajectories]
                 greedy = {gid: r for g in groups for gid, r in g.greedy.items()} or None
@@ -71,8 +74,10 @@ def checkpoint_state(pool: RolloutPool) -> dict:
     return {"stream": source["stream"], "source": source}
 
 
-def collect_batch(pool: RolloutPool, config: RunConfig, version: int, step: int | None = None) -> tuple[list[Group], dict[str, float]]:
-    """prompts_per_step complete groups trainable at `version`, and what was dropped on the way.
+def collect_batch(pool: RolloutPool, config: RunConfig, version: int, step: int | None = None,
+                  dropped: list[tuple[Group, str]] | None = None) -> tuple[list[Group], dict[str, float]]:
+    """prompts_per_step complete groups trainable at `version`, and what was dropped on the way
+    (each dropped group with its reason, "stale", "all_infra" or "uninformative", appended to `dropped`).
 
     Too stale (version - oldest token version > max_staleness): dropped, its task played again.
     Every episode an infra failure: dropped (a broken environment, not the policy's fault).
@@ -96,13 +101,19 @@ def collect_batch(pool: RolloutPool, config: RunConfig, version: int, step: int 
         rejected = f"{stale} too stale, {failed} all failed" + (f", {len(uninformative)} uninformative" if config.algo.dynamic_sampling else "")
         return f"{label} at policy version {version} has {len(kept)} of {want} groups kept, rejected so far: {rejected}"
 
+    def note(group: Group, reason: str) -> None:
+        if dropped is not None:
+            dropped.append((group, reason))
+
     while len(kept) < want:
         group = pool.get(waiting_for=waiting_for)
         if version - group.min_version > max_staleness:
             stale += 1
+            note(group, "stale")
             pool.source.settle([group.ticket], requeue=True)
         elif all(t.infra_error for t in group.trajectories):
             failed += 1
+            note(group, "all_infra")
             pool.source.settle([group.ticket])
         elif config.algo.dynamic_sampling and not any(informative_groups(config, group.trajectories)):
             uninformative.append(group)
@@ -113,6 +124,8 @@ def collect_batch(pool: RolloutPool, config: RunConfig, version: int, step: int 
                 break
         else:
             kept.append(group)
+    for group in uninformative:  # those the fallback did not train after all
+        note(group, "uninformative")
     metrics = {"rollout/stale_groups_dropped": float(stale), "rollout/failed_groups_dropped": float(failed),
                "rollout/buffered_groups": float(buffered)}
     if config.algo.dynamic_sampling:

@@ -3,6 +3,8 @@ recording a finished step (metrics, trajectories, checkpoint).
 
 A loop opens a `Run`, trains steps `run.start_step .. train.steps - 1`, hands each finished step
 to `run.record`, and returns `run.result` after the `with` block (final evaluation, plot).
+Resume takes the newest checkpoint that passes its checksums (rlyard/train/checkpoint.py) and
+cuts trajectories.jsonl and dropped.jsonl back to its step; docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from rlyard.orchestrate.setup import Components, build, push_weights
 from rlyard.testing.kill import kill_point
 from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
 from rlyard.types import Trajectory
+
+
+DROPPED_FILE = "dropped.jsonl"  # async: every episode of a group the learner dropped, with the reason
 
 
 @dataclass
@@ -97,6 +102,8 @@ class Run:
             print(f"[rlyard] resumed from {checkpoint} at step {self.start_step}")
         self.store = TrajectoryStore(run_dir / "trajectories.jsonl")
         self.store.truncate_after(self.start_step)
+        self.dropped_store = TrajectoryStore(run_dir / DROPPED_FILE)  # async: groups dropped, not trained
+        self.dropped_store.truncate_after(self.start_step)
         output = config.output
         self.logger = MetricsLogger(run_dir, config.train.steps, self.start_step, output.tensorboard, output.wandb,
                                     output.wandb_project, config.model_dump(mode="json"), output.progress,
@@ -136,6 +143,12 @@ class Run:
             save_checkpoint(self.run_dir, step, c.model, c.learner.optimizer, state | (self.checkpoint_state() if self.checkpoint_state else {}),
                             keep=config.output.keep_checkpoints, critic=c.learner.critic, gathered=gathered)
             kill_point("after_checkpoint")
+
+    def record_dropped(self, step: int, dropped: list) -> None:
+        """Groups dropped while collecting step `step` ((group, reason) pairs: stale, all_infra,
+        uninformative), to dropped.jsonl, each row with its "dropped" reason."""
+        rows = [trajectory_row(t, self.prompt_text(t)) | {"dropped": reason} for group, reason in dropped for t in group.trajectories]
+        self.dropped_store.append(step, rows)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
