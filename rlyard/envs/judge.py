@@ -50,8 +50,12 @@ class JudgeConfig:
     temperature: float = 0.0
     max_tokens: int = 512
     prompt_version: str = "v1"  # the caller's prompt version: part of the cache key
+    # "chat": /v1/chat/completions. "completions": /v1/completions over the messages as plain text, with the
+    # verdict's opening `{"score":` written for the model (small local models rarely start a JSON object unasked)
+    api: str = "chat"
 
 
+OPENING = '{"score":'
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 _SCORE = re.compile(r'"?score"?\s*[:=]\s*(-?\d+(?:\.\d+)?)', re.I)
 
@@ -78,6 +82,8 @@ def parse_json_reply(text: str, required: tuple[str, ...] = ("score",)) -> dict[
 class Judge:
     def __init__(self, config: JudgeConfig):
         self.config = config
+        if config.api not in ("chat", "completions"):
+            raise ValueError(f"judge.api must be chat or completions, got {config.api!r}")
         self.base_url = config.base_url or local_judge()
         self._slots = threading.Semaphore(max(1, config.concurrency))
         self._client = None
@@ -97,6 +103,16 @@ class Judge:
                 self._client = openai.OpenAI(base_url=self.base_url, api_key=key or "unused", timeout=self.config.timeout_s,
                                              max_retries=0)  # our own retries, counted and backed off
             return self._client
+
+    def _complete(self, messages: list[dict]) -> str:
+        if self.config.api == "completions":
+            prompt = "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages) + "\n\nASSISTANT:\n" + OPENING
+            reply = self.client().completions.create(model=self.config.model, prompt=prompt, temperature=self.config.temperature,
+                                                     max_tokens=self.config.max_tokens, stop=["}"])
+            return OPENING + (reply.choices[0].text or "") + "}"
+        reply = self.client().chat.completions.create(model=self.config.model, messages=messages,
+                                                      temperature=self.config.temperature, max_tokens=self.config.max_tokens)
+        return reply.choices[0].message.content or ""
 
     def cache_path(self, cache_key: tuple[str, ...]) -> Path:
         parts = json.dumps([self.config.model, self.config.prompt_version, *cache_key], ensure_ascii=False)
@@ -127,10 +143,7 @@ class Judge:
                 with self._slots:
                     with self._lock:
                         self.requests += 1
-                    reply = self.client().chat.completions.create(
-                        model=self.config.model, messages=messages, temperature=self.config.temperature,
-                        max_tokens=self.config.max_tokens)
-                text = reply.choices[0].message.content or ""
+                    text = self._complete(messages)
                 verdict = parse_json_reply(text, required)
                 if check is not None:
                     check(verdict)

@@ -29,8 +29,7 @@ Criterion: {criterion}
 {answer}
 </answer>
 
-Example of a reply: {{"score": 1, "reason": "The answer meets the criterion."}}
-Score the answer against the criterion. Your JSON:"""
+Score the answer against the criterion: 1 if it fully meets it, 0 if it does not, between for a partial answer."""
 
 ADDRESSES_GRADER = re.compile(
     r"(ignore|disregard|forget)\s+(all\s+|the\s+|any\s+|your\s+|previous\s+|above\s+)*(rubric|instructions?|criteri(on|a)|rules?|grading)"
@@ -47,7 +46,8 @@ def judge_for(settings: dict) -> Judge:
     key = tuple(sorted((k, str(v)) for k, v in settings.items()))
     with _lock:
         if key not in _judges:
-            _judges[key] = Judge(JudgeConfig(**settings, prompt_version=PROMPT_VERSION))
+            api = settings.get("api") or ("completions" if settings.get("base_url") is None else "chat")
+            _judges[key] = Judge(JudgeConfig(**{**settings, "api": api}, prompt_version=PROMPT_VERSION))
         return _judges[key]
 
 

@@ -1,8 +1,9 @@
 """A task's rubric: weighted items checked by rules or by an LLM judge, and their arithmetic.
 
-reward = sum(weight * score) / sum(weight) over the items, where a rule item scores 0 or 1 and
-a judge item its verdict in [0, 1]; an item passes at score >= 0.5. A failed gate zeroes the
-reward; `binary` pays 1 only when every item passes. Items read the agent's files through
+reward = sum(weight * score) / sum(weight) over the items that are not gates, where a rule item
+scores 0 or 1 and a judge item its verdict in [0, 1]; an item passes at score >= 0.5. A gate is a
+condition, not an achievement: it does not pay (a `not_contains` gate would otherwise pay an
+empty answer), and failing it zeroes the reward. `binary` pays 1 only when every item passes. Items read the agent's files through
 `read_inside`, which refuses links and anything outside the workspace: the grader runs on the
 host, where a link `answer.md -> .../verifier/reference.md` would otherwise grade the key.
 
@@ -87,7 +88,8 @@ def parse_rubric(raw: Any, source: str = "<rubric>") -> Rubric:
         raise RubricError(f"{source}: unknown rubric key(s) {unknown}; allowed: binary, items, length_penalty")
     items, seen = [], set()
     for n, entry in enumerate(raw["items"]):
-        where = f"{source}: item {n} ({entry.get('id', '?') if isinstance(entry, dict) else entry!r})"
+        label = entry.get("id", "?") if isinstance(entry, dict) else repr(entry)
+        where = f"{source}: item {n} ({label})"
         items.append(_parse_item(entry, where))
         if items[-1].id in seen:
             raise RubricError(f"{where}: duplicate id")
@@ -167,7 +169,7 @@ def _fold(text: str, spec: dict) -> str:
 
 def first_number_after(label: str, answer: str) -> float | None:
     """The first number after the first match of `label`, on that line; None if there is none."""
-    match = re.search(label, answer, re.I)
+    match = re.search(label, answer, re.I | re.M)
     if not match:
         return None
     rest = answer[match.end():].split("\n", 1)[0]
@@ -265,7 +267,8 @@ def grade_rubric(rubric: Rubric, workspace: Path, answer: str, judge: JudgeFn | 
                             "score": score, "why": why}
     passed = {item.id: scores[item.id] >= PASS for item in items}
     gate_failed = any(item.gate and not passed[item.id] for item in items)
-    weighted = sum(item.weight * scores[item.id] for item in items) / sum(item.weight for item in items)
+    counted = [item for item in items if not item.gate] or items  # a gate is a condition, not an achievement
+    weighted = sum(item.weight * scores[item.id] for item in counted) / sum(item.weight for item in counted)
     value = 0.0 if gate_failed else float(all(passed.values())) if rubric.binary else weighted
     components = {f"item/{key}": score for key, score in scores.items()}
     for dimension in sorted({item.dimension for item in items}):

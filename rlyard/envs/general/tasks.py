@@ -27,7 +27,8 @@ JUDGE_DEFAULTS: dict[str, Any] = {
     "base_url": None,  # an OpenAI-compatible .../v1; None: `rlyard serve` over the embedded model, started on demand
     "model": "embedded",
     "api_key_env": None,  # the NAME of the environment variable with the key, e.g. OPENAI_API_KEY
-    "timeout_s": 60.0, "retries": 3, "backoff_s": 1.0, "concurrency": 4, "cache_dir": None, "max_tokens": 256,
+    "timeout_s": 120.0, "retries": 3, "backoff_s": 1.0, "concurrency": 4, "cache_dir": None, "max_tokens": 256,
+    "api": None,  # "chat" | "completions"; None: chat, or completions for the local judge (docs/general.md)
 }
 DEFAULTS: dict[str, Any] = {
     "source": None,  # None = the built-in tasks; else a folder of task folders (docs/general.md)
