@@ -30,6 +30,9 @@ log = logging.getLogger("rlyard.sandbox")
 ROOT = Path("/sys/fs/cgroup")
 NEEDED = ("memory", "pids")
 PERIOD_US = 100_000
+# bwrap's monitor and the namespace's init (unshare: itself and its forked child) live in the
+# cgroup too: pids.max is nproc plus these, so the command keeps its whole nproc budget
+SANDBOX_PIDS = 2
 
 
 @dataclass(frozen=True)

@@ -353,7 +353,7 @@ class Sandbox:
         if found is None:
             return None
         try:
-            return cgroups.SandboxCgroup(found, lim.sandbox_memory(), lim.nproc, lim.cpus)
+            return cgroups.SandboxCgroup(found, lim.sandbox_memory(), lim.nproc + cgroups.SANDBOX_PIDS, lim.cpus)
         except OSError as e:
             raise SandboxError(f"cannot make the sandbox's cgroup under {found.describe()}: {e}") from e
 
