@@ -25,7 +25,7 @@ from rlyard.sandbox.sandbox import bwrap_works, unshare_available
 
 pytestmark = pytest.mark.skipif(not (bwrap_works() or unshare_available()), reason="no sandbox can start here")
 CGROUP = cgroups.backend()
-needs_cgroup = pytest.mark.skipif(CGROUP is None, reason=f"no usable cgroup: {cgroups.fallback_reason()}")
+needs_cgroup = pytest.mark.skipif(CGROUP is None, reason=f"no usable cgroup: {cgroups.fallback_reason() if CGROUP is None else ''}")
 
 HOSTILE = Limits(wall_s=20, cpu_s=20, memory_bytes=256 << 20, group_memory_bytes=256 << 20, nproc=48,
                  fsize_bytes=16 << 20, output_bytes=64 << 10, output_kill_bytes=8 << 20, tmp_bytes=8 << 20,
@@ -173,3 +173,22 @@ def test_workspace_quota(tmp_path):
     assert 32 << 20 < written < 1 << 30  # polled: stopped past the quota, far from filling the disk
     small = Sandbox(tmp_path, limits).run("head -c 1000000 /dev/zero > small && echo ok")
     assert small.stdout == b"ok\n"  # the quota is the run's growth, not the workspace's size
+
+
+@needs_cgroup
+def test_cgroups_of_a_killed_rlyard_are_removed():
+    """SIGKILL skips a run's cleanup: the next rlyard removes cgroups whose process is gone."""
+    dead = subprocess.Popen(["/bin/true"])
+    dead.wait()
+    orphans = [parent / f"rlyard-{dead.pid}-0" for parent in set(CGROUP.parents.values())]
+    mine = [parent / f"rlyard-{os.getpid()}-999999" for parent in set(CGROUP.parents.values())]
+    for folder in orphans + mine:
+        folder.mkdir()
+    try:
+        cgroups._remove_orphans(CGROUP)
+        assert not any(folder.exists() for folder in orphans)
+        assert all(folder.exists() for folder in mine)  # a live process's cgroups stay
+    finally:
+        for folder in orphans + mine:
+            if folder.exists():
+                folder.rmdir()

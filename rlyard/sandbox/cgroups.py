@@ -61,9 +61,20 @@ def backend() -> Backend | None:
             _detected.append(found)
             if found is not None:
                 log.info("sandbox limits: %s: memory.max, pids.max (cpu.max with Limits.cpus)", found.describe())
+                _remove_orphans(found)
             else:
                 log.info("sandbox limits: rlimits per process + RSS watchdog (no usable cgroup: %s)", why)
         return _detected[0]
+
+
+def _remove_orphans(found: Backend) -> None:
+    """Cgroups left by an rlyard process that was killed (SIGKILL skips `close`)."""
+    for parent in set(found.parents.values()):
+        for folder in parent.glob("rlyard-*-*"):
+            pid = folder.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                _kill_all(folder, found.version)
+                _remove(folder)
 
 
 def fallback_reason() -> str:
