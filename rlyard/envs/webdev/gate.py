@@ -10,6 +10,7 @@ navigates away or crashes while measured.
 """
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ from rlyard.envs.webdev.render import Rendered, site_file
 
 NODE_TIMEOUT_S = 10.0
 MAX_SCRIPTS = 64  # more sources than this are not all checked (the browser still sees them)
+MAX_FILES = 5000  # files of dist/ looked at for scripts
 NOT_JS = ("application/json", "application/ld+json", "importmap", "text/template", "text/html", "text/x-template",
           "speculationrules")
 
@@ -83,7 +85,7 @@ def parses(source: str, module: bool | None, folder: Path, index: int) -> str:
 def syntax_errors(dist: Path) -> list[str]:
     """'file: message' for each script of dist/ that does not parse."""
     sources: list[tuple[str, str, bool | None]] = []
-    for path in sorted(dist.rglob("*")):
+    for path in sorted(itertools.islice(dist.rglob("*"), MAX_FILES)):
         served = site_file(dist, str(path.relative_to(dist)))
         if served is None:
             continue

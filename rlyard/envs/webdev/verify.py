@@ -25,7 +25,6 @@ from rlyard.envs.webdev.visual import load_reference, visual_score
 from rlyard.types import Reward
 
 BANDS = ((0.9, 0.0), (0.6, 0.2), (0.4, 0.4), (0.2, 0.8))  # (fit at least, deduction); below the last: reward 0
-MIN_FIT = 0.2
 
 
 def deduction(fit: float) -> float | None:
