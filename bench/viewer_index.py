@@ -154,16 +154,19 @@ def time_pages(base: str, names: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trajectories", type=int, default=100_000)
-    parser.add_argument("--folder", help="where to write the synthetic run (default: a temp folder, removed after)")
+    parser.add_argument("--folder", help="where to write the synthetic run, kept and reused by the next run with the same "
+                                         "--folder (default: a temp folder, removed after)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(args.folder or tmp) / "bench-run"
         started = time.perf_counter()
-        write_run(run_dir, args.trajectories)
+        if not (run_dir / "trajectories.jsonl").exists():  # a kept --folder is reused as it is
+            write_run(run_dir, args.trajectories)
+        (run_dir / "bench_index.sqlite").unlink(missing_ok=True)
         written = {"write_s": round(time.perf_counter() - started, 1),
                    "jsonl_mib": round((run_dir / "trajectories.jsonl").stat().st_size / 2**20, 1)}
-        print(f"wrote {args.trajectories} rows, {written['jsonl_mib']} MiB, in {written['write_s']} s")
+        print(f"run folder: {args.trajectories} rows, {written['jsonl_mib']} MiB, written in {written['write_s']} s")
         index = build_index(run_dir)
         index["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(f"index: {index['rows']} rows in {index['build_s']} s, Python peak {index['python_peak_mib']} MiB, "

@@ -14,11 +14,13 @@ import math
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -35,8 +37,18 @@ INJECTION = '<script>window.__pwned = 1; alert(1)</script><img src="x" onerror="
 CALL = '<tool_call>\n{"name": "grep", "arguments": {"pattern": "coral"}}\n</tool_call><|im_end|>'
 TOOL_OUTPUT = "\n<|im_start|>user\n<tool_response>\ninventory/coral.txt:serial: SN-123456\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
 ANSWER = f"The serial is SN-123456 {INJECTION}<|im_end|>"
-PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c"
-                    "6360f8cfc0f01f0005000201d0e1b2b50000000049454e44ae426082")
+
+
+def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    """A real PNG file of one colour (what a webdev grader's screenshot would be, only plainer)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+PNG = solid_png(160, 60, (37, 99, 235))
 
 
 def rlyard_command(*args: str) -> list[str]:
@@ -145,7 +157,7 @@ def wait_for_rows(base: str, total: int) -> None:
 
 
 def crafted_ids(base: str) -> list[int]:
-    return [r["id"] for r in get_json(f"{base}/api/trajectories?group=crafted-group")["rows"]]
+    return sorted(r["id"] for r in get_json(f"{base}/api/trajectories?group=crafted-group")["rows"])
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -226,7 +238,7 @@ def test_a_multi_turn_row_shows_tool_call_tool_output_mask_and_logprobs(viewer, 
     assert page.inner_text("#inspector") == f'"The" logprob -3.000 p = {math.exp(-3):.3f}'
     assert page.inner_text(".components").split() == ["correct", "1", "tool_calls", "1"]
     assert page.locator("pre.diff .add").inner_text().strip() == "+new"
-    assert page.eval_on_selector(".screenshot img", "img => img.complete && img.naturalWidth") == 1
+    assert page.eval_on_selector(".screenshot img", "img => img.complete && img.naturalWidth") == 160
     page.screenshot(path=str(shots / "viewer_trajectory.png"), full_page=True)
 
 
@@ -304,7 +316,7 @@ def test_index_takes_only_whole_lines_and_starts_over_on_a_rewritten_file(tmp_pa
         f.write(line(3, 0.5)[20:] + "\n{not json\n")
     assert index.update() == 1 and index.count() == 3 and index.facets()["bad_lines"] == [4]
     assert index.row(3)["task_id"] == "t3" and index.row(3)["_index"]["family"] == "arith"
-    assert [r["task_id"] for r in index.query(reward_max=0.5)["rows"]] == ["t2", "t3"]
+    assert [r["task_id"] for r in index.query(reward_max=0.5)["rows"]] == ["t3", "t2"]
     assert [r["task_id"] for r in index.query(text="answer 2")["rows"]] == ["t2"]
     assert index.query(text='") OR *')["total"] == 0  # search text is a phrase, never FTS syntax
     index.close()
@@ -316,3 +328,22 @@ def test_index_takes_only_whole_lines_and_starts_over_on_a_rewritten_file(tmp_pa
     assert reopened.update() == 1 and reopened.count() == 1
     reopened.close()
 
+
+
+def test_steps_and_groups_sum_what_the_rows_say(tmp_path):
+    """The per-group sums kept while indexing, against counts made by hand."""
+    jsonl = tmp_path / "trajectories.jsonl"
+    rows = [("a", 1, 1.0, 10, False), ("a", 1, 0.0, 20, False), ("b", 1, 0.5, 30, True), ("a", 2, 0.0, 40, False)]
+    jsonl.write_text("".join(json.dumps({"task_id": f"task-{g}", "group_id": g, "step": step, "reward": reward, "num_tokens": tokens,
+                                         "infra_error": infra}) + "\n" for g, step, reward, tokens, infra in rows))
+    index = TrajectoryIndex(jsonl, tmp_path / "index.sqlite")
+    index.update()
+    assert index.steps() == [
+        {"step": 1, "n": 3, "groups": 2, "mean_reward": 0.5, "failed": 1, "infra": 1, "mean_tokens": 20.0},
+        {"step": 2, "n": 1, "groups": 1, "mean_reward": 0.0, "failed": 1, "infra": 0, "mean_tokens": 40.0}]
+    first, second = index.groups(1)
+    assert (first["group_id"], first["n"], first["mean_reward"], first["min_reward"], first["max_reward"]) == ("a", 2, 0.5, 0.0, 1.0)
+    assert (second["group_id"], second["infra"], second["first_id"]) == ("b", 1, 3)
+    assert [r["group_mean"] for r in index.query(step_max=1)["rows"]] == [0.5, 0.5, 0.5]
+    assert index.facets()["step_min"] == 1 and index.facets()["step_max"] == 2 and index.count() == 4
+    index.close()

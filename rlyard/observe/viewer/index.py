@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "3"
 SEARCH_CHARS = 20000  # text of one row that the search indexes
 READ_CHUNK = 4 << 20
 
@@ -29,9 +29,21 @@ CREATE TABLE IF NOT EXISTS traj (
     id INTEGER PRIMARY KEY, pos INTEGER NOT NULL, len INTEGER NOT NULL, step INTEGER, task_id TEXT,
     group_id TEXT, family TEXT, reward REAL, advantage REAL, finish_reason TEXT, infra_error INTEGER,
     num_tokens INTEGER, turns INTEGER, versions TEXT);
-CREATE INDEX IF NOT EXISTS traj_step ON traj (step, group_id);
 CREATE INDEX IF NOT EXISTS traj_group ON traj (group_id, step);
 CREATE VIRTUAL TABLE IF NOT EXISTS traj_text USING fts5 (text, content='');
+CREATE TABLE IF NOT EXISTS groups (
+    step INTEGER NOT NULL, group_id TEXT NOT NULL, task_id TEXT, family TEXT, n INTEGER, reward_sum REAL,
+    rewarded INTEGER, min_reward REAL, max_reward REAL, failed INTEGER, infra INTEGER, tokens_sum REAL, first_id INTEGER,
+    PRIMARY KEY (step, group_id));
+"""
+# Per-group sums kept as rows arrive, so the steps and groups tables never scan the trajectories.
+_ADD_TO_GROUP = """
+INSERT INTO groups VALUES (:step, :group_id, :task_id, :family, 1, COALESCE(:reward, 0), :rewarded, :reward, :reward,
+                           :failed, :infra, :tokens, :id)
+ON CONFLICT (step, group_id) DO UPDATE SET n = n + 1, reward_sum = reward_sum + COALESCE(:reward, 0),
+    rewarded = rewarded + :rewarded, min_reward = COALESCE(MIN(min_reward, :reward), min_reward, :reward),
+    max_reward = COALESCE(MAX(max_reward, :reward), max_reward, :reward), failed = failed + :failed,
+    infra = infra + :infra, tokens_sum = tokens_sum + :tokens
 """
 
 
@@ -66,6 +78,15 @@ class TrajectoryIndex:
         self.db.executescript(_SCHEMA)
         if self._meta("schema") != SCHEMA_VERSION:
             self._reset()
+        self._load_facets()
+
+    def _load_facets(self) -> None:
+        """The filter menus' values and the row count, kept in memory and grown by `_insert`."""
+        db = self.db
+        self.total = db.execute("SELECT COUNT(*) FROM traj").fetchone()[0]
+        self.families = {r[0] for r in db.execute("SELECT DISTINCT family FROM groups")}
+        self.finish_reasons = {r[0] for r in db.execute("SELECT DISTINCT finish_reason FROM traj")}
+        self.step_range = tuple(db.execute("SELECT MIN(step), MAX(step) FROM groups").fetchone())
 
     def _meta(self, key: str) -> str | None:
         found = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -75,11 +96,13 @@ class TrajectoryIndex:
         self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()])
 
     def _reset(self) -> None:
-        self.db.executescript("DROP TABLE IF EXISTS traj; DROP TABLE IF EXISTS traj_text; DELETE FROM meta;")
+        self.db.executescript("DROP TABLE IF EXISTS traj; DROP TABLE IF EXISTS traj_text; DROP TABLE IF EXISTS groups;"
+                              "DELETE FROM meta;")
         self.db.executescript(_SCHEMA)
         self._set_meta(schema=SCHEMA_VERSION, offset=0, inode="", lines=0)
         self.db.commit()
         self.bad_lines = []
+        self._load_facets()
 
     def update(self) -> int:
         """Index the complete lines appended since the last call; returns how many rows it added."""
@@ -136,15 +159,26 @@ class TrajectoryIndex:
         except ValueError:
             self.bad_lines.append(line_no)
             return 0
-        versions = row.get("policy_versions")
+        versions, reward, step = row.get("policy_versions"), _float(row.get("reward")), row.get("step")
+        step = step if isinstance(step, int) else -1  # rows always carry one; a hand-made file may not
+        values = {"step": step, "task_id": str(row.get("task_id", "")), "group_id": str(row.get("group_id", "")),
+                  "family": str(row.get("env") or self.default_family), "reward": reward, "rewarded": int(reward is not None),
+                  "failed": int(reward is not None and reward <= 0), "infra": int(bool(row.get("infra_error"))),
+                  "tokens": _float(row.get("num_tokens")) or 0.0, "finish_reason": str(row.get("finish_reason", ""))}
         cursor = self.db.execute(
             "INSERT INTO traj (pos, len, step, task_id, group_id, family, reward, advantage, finish_reason, infra_error,"
             " num_tokens, turns, versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (pos, len(line), row.get("step"), str(row.get("task_id", "")), str(row.get("group_id", "")),
-             str(row.get("env") or self.default_family), _float(row.get("reward")), _float(row.get("advantage")),
-             str(row.get("finish_reason", "")), int(bool(row.get("infra_error"))), row.get("num_tokens"),
-             row.get("turns"), ",".join(map(str, versions)) if isinstance(versions, list) else None))
+            (pos, len(line), step, values["task_id"], values["group_id"], values["family"], reward, _float(row.get("advantage")),
+             values["finish_reason"], values["infra"], row.get("num_tokens"), row.get("turns"),
+             ",".join(map(str, versions)) if isinstance(versions, list) else None))
+        values["id"] = cursor.lastrowid
+        self.db.execute(_ADD_TO_GROUP, values)
         self.db.execute("INSERT INTO traj_text (rowid, text) VALUES (?, ?)", (cursor.lastrowid, search_text(row)))
+        self.total += 1
+        self.families.add(values["family"])
+        self.finish_reasons.add(values["finish_reason"])
+        low, high = self.step_range
+        self.step_range = (step if low is None else min(low, step), step if high is None else max(high, step))
         return 1
 
     # ------------------------------------------------------------------ queries
@@ -156,40 +190,39 @@ class TrajectoryIndex:
             return None
         with open(self.jsonl, "rb") as f:
             f.seek(found["pos"])
-            row = json.loads(f.read(found["len"]))
+            data = f.read(found["len"])
+        try:
+            row = json.loads(data)
+        except ValueError:  # the file was rewritten since the last update (a resumed run): the next update starts over
+            return None
         return {**row, "_index": {key: found[key] for key in COLUMNS}}
 
     def count(self) -> int:
-        with self.lock:
-            return self.db.execute("SELECT COUNT(*) FROM traj").fetchone()[0]
+        return self.total
 
     def facets(self) -> dict[str, Any]:
         with self.lock:
-            families = [r[0] for r in self.db.execute("SELECT DISTINCT family FROM traj ORDER BY family")]
-            reasons = [r[0] for r in self.db.execute("SELECT DISTINCT finish_reason FROM traj ORDER BY finish_reason")]
-            low, high = self.db.execute("SELECT MIN(step), MAX(step) FROM traj").fetchone()
-        return {"families": families, "finish_reasons": reasons, "step_min": low, "step_max": high,
-                "bad_lines": self.bad_lines[:20]}
+            return {"families": sorted(self.families), "finish_reasons": sorted(self.finish_reasons),
+                    "step_min": self.step_range[0], "step_max": self.step_range[1], "bad_lines": self.bad_lines[:20]}
 
     def steps(self) -> list[dict[str, Any]]:
         with self.lock:
             found = self.db.execute(
-                "SELECT step, COUNT(*) AS n, COUNT(DISTINCT group_id) AS groups, AVG(reward) AS mean_reward,"
-                " SUM(reward <= 0) AS failed, SUM(infra_error) AS infra, AVG(num_tokens) AS mean_tokens"
-                " FROM traj GROUP BY step ORDER BY step").fetchall()
+                "SELECT step, SUM(n) AS n, COUNT(*) AS groups, SUM(reward_sum) / SUM(rewarded) AS mean_reward,"
+                " SUM(failed) AS failed, SUM(infra) AS infra, SUM(tokens_sum) / SUM(n) AS mean_tokens"
+                " FROM groups GROUP BY step ORDER BY step").fetchall()
         return [dict(r) for r in found]
 
     def groups(self, step: int) -> list[dict[str, Any]]:
         with self.lock:
             found = self.db.execute(
-                "SELECT group_id, MIN(task_id) AS task_id, MIN(family) AS family, COUNT(*) AS n, AVG(reward) AS mean_reward,"
-                " MIN(reward) AS min_reward, MAX(reward) AS max_reward, SUM(infra_error) AS infra, MIN(id) AS first_id"
-                " FROM traj WHERE step = ? GROUP BY group_id ORDER BY MIN(id)", (step,)).fetchall()
+                "SELECT group_id, task_id, family, n, reward_sum / rewarded AS mean_reward, min_reward, max_reward, infra,"
+                " first_id FROM groups WHERE step = ? ORDER BY first_id", (step,)).fetchall()
         return [dict(r) for r in found]
 
     def group_members(self, step: int, group_id: str) -> list[dict[str, Any]]:
         with self.lock:
-            found = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM traj WHERE step IS ? AND group_id = ? ORDER BY id",
+            found = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM traj WHERE step = ? AND group_id = ? ORDER BY id",
                                     (step, group_id)).fetchall()
         return [dict(r) for r in found]
 
@@ -197,8 +230,15 @@ class TrajectoryIndex:
               reward_max: float | None = None, step_min: int | None = None, step_max: int | None = None,
               group_id: str = "", infra: bool | None = None, text: str = "", limit: int = 100,
               offset: int = 0) -> dict[str, Any]:
-        """One page of trajectories matching every given filter, newest step first, and the total."""
-        where, args = [], []
+        """One page of trajectories matching every given filter, newest first (rows are appended in step
+        order), and the total. A text search drives the query from the FTS index in descending rowid
+        order, so the first page stops after its first hundred matches."""
+        where, args, tables = [], [], "traj t"
+        if text.strip():
+            # one phrase, so that punctuation in ids or code is just a separator, never FTS syntax
+            tables = "traj_text JOIN traj t ON t.id = traj_text.rowid"
+            where.append("traj_text MATCH ?")
+            args.append('"' + text.strip().replace('"', '""') + '"')
         for column, value in (("family", family), ("finish_reason", finish_reason), ("group_id", group_id)):
             if value:
                 where.append(f"t.{column} = ?")
@@ -211,17 +251,14 @@ class TrajectoryIndex:
         if infra is not None:
             where.append("t.infra_error = ?")
             args.append(int(infra))
-        if text.strip():
-            # one phrase, so that punctuation in ids or code is just a separator, never FTS syntax
-            where.append("t.id IN (SELECT rowid FROM traj_text WHERE traj_text MATCH ?)")
-            args.append('"' + text.strip().replace('"', '""') + '"')
         sql_where = ("WHERE " + " AND ".join(where)) if where else ""
+        order = "traj_text.rowid DESC" if text.strip() else "t.id DESC"
         with self.lock:
-            total = self.db.execute(f"SELECT COUNT(*) FROM traj t {sql_where}", args).fetchone()[0]
+            total = self.total if not where else self.db.execute(f"SELECT COUNT(*) FROM {tables} {sql_where}", args).fetchone()[0]
             found = self.db.execute(
-                f"SELECT {', '.join('t.' + c for c in COLUMNS)}, (SELECT AVG(g.reward) FROM traj g WHERE g.group_id = t.group_id"
-                f" AND g.step IS t.step) AS group_mean FROM traj t {sql_where} ORDER BY t.step DESC, t.id LIMIT ? OFFSET ?",
-                [*args, limit, offset]).fetchall()
+                f"SELECT {', '.join('t.' + c for c in COLUMNS)}, g.reward_sum / g.rewarded AS group_mean FROM {tables}"
+                f" LEFT JOIN groups g ON g.step = t.step AND g.group_id = t.group_id {sql_where}"
+                f" ORDER BY {order} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
         return {"total": total, "rows": [dict(r) for r in found]}
 
     def close(self) -> None:

@@ -112,7 +112,7 @@ async function listPage(params) {
   const [page, overview] = await Promise.all([api(`/api/trajectories?${query}`), api("/api/overview")]);
   header(overview);
   const picked = new Set();
-  const compare = el("button", {id: "compare", disabled: true, onclick: () => { location.hash = `#/compare/${[...picked].join("/")}`; }}, "compare 2 selected");
+  const compare = el("button", {id: "compare", disabled: true, onclick: () => { location.hash = `#/compare/${[...picked].sort((a, b) => a - b).join("/")}`; }}, "compare 2 selected");
   const pick = id => el("input", {type: "checkbox", class: "pick", onclick: e => {
     e.stopPropagation();
     e.target.checked ? picked.add(id) : picked.delete(id);
