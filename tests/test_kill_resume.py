@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -37,7 +38,7 @@ def overrides(model_dir: Path, run_dir: Path, *more: str) -> list[str]:
 # per run (a fresh process each, as `rlyard train` would be, without 5 s of imports each time).
 # It never runs a torch op itself, so forking it is safe.
 ZYGOTE = r"""
-import json, os, sys
+import json, os, sys, time
 import rlyard.cli, rlyard.orchestrate.sync, rlyard.orchestrate.sync_loop, rlyard.orchestrate.async_loop, transformers
 from transformers import LlamaForCausalLM
 print("ready", flush=True)
@@ -55,8 +56,17 @@ for line in sys.stdin:
             import traceback; traceback.print_exc(); code = 1
         sys.stdout.flush(); sys.stderr.flush()
         os._exit(code or 0)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps({"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+    started, watch, deadline = time.monotonic(), job.get("kill_when"), None
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if watch and deadline is None and os.path.exists(watch["path"]) and os.path.getsize(watch["path"]) >= watch["bytes"]:
+            deadline = time.monotonic() + watch["then_s"]
+        if deadline is not None and time.monotonic() >= deadline:  # a SIGKILL from outside, whatever the trainer is doing
+            os.kill(pid, 9)
+            done = os.waitpid(pid, 0)
+            break
+        time.sleep(0.002)
+    status = done[1]
+    print(json.dumps({"signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None, "seconds": time.monotonic() - started,
                       "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None}), flush=True)
 """
 
@@ -76,24 +86,28 @@ def zygote():
 KILLED_AT: list[str] = []  # the points the sync test killed at
 
 
-def trainer(zygote, run_dir: Path, kill_at: str | None, args: list[str] | None = None) -> str:
+def trainer(zygote, run_dir: Path, kill_at: str | None, args: list[str] | None = None, kill_when: dict | None = None) -> dict:
     """`rlyard train` in a fresh (forked) process: with `args`, else `--resume run_dir`; SIGKILLed at
-    `kill_at` (RLYARD_FAULT_KILL_AT). Returns what it printed."""
+    `kill_at` (RLYARD_FAULT_KILL_AT), or from outside `kill_when["then_s"]` seconds after the file
+    `kill_when["path"]` has reached `kill_when["bytes"]`. Returns its exit (signal, code, seconds)
+    and what it printed."""
     log = run_dir.parent / f"{run_dir.name}-{len(list(run_dir.parent.glob(run_dir.name + '-*.log')))}.log"
     job = {"args": ["train", *(args if args is not None else ["--resume", str(run_dir)])], "log": str(log),
-           "env": {KILL_ENV: kill_at} if kill_at else {}}
+           "env": {KILL_ENV: kill_at} if kill_at else {}} | ({"kill_when": kill_when} if kill_when else {})
     zygote.stdin.write(json.dumps(job) + "\n")
     zygote.stdin.flush()
     status = json.loads(zygote.stdout.readline())
     if kill_at:
         KILLED_AT.append(kill_at.partition(":")[0])
-    printed = log.read_text()
-    if kill_at:
+    status["printed"] = printed = log.read_text()
+    if kill_when:
+        assert status["signal"] == 9 or status["code"] == 0, (status, printed[-3000:])
+    elif kill_at:
         assert status["signal"] == 9, (kill_at, status, printed[-3000:])
         assert f"SIGKILL at {kill_at.replace(':', ' #')}" in printed
     else:
         assert status["code"] == 0, (status, printed[-3000:])
-    return printed
+    return status
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -121,10 +135,31 @@ def assert_same_tensors(a, b, where: str) -> None:
         assert type(a) is type(b) and (a == b if not hasattr(a, "shape") else (a == b).all()), where
 
 
-def test_sync_run_killed_at_every_point_resumes_bit_identical(tmp_path, tiny_model_dir, zygote):
-    reference, killed = tmp_path / "reference", tmp_path / "killed"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_model_dir, zygote) -> tuple[Path, float]:
+    """The uninterrupted run, and how long its process took."""
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    return run_dir, trainer(zygote, run_dir, None, overrides(tiny_model_dir, run_dir))["seconds"]
+
+
+def assert_same_run(killed: Path, reference: Path) -> None:
+    """Bit-identical: rows, metrics but for time/*, and every tensor of the final checkpoint."""
+    assert read_jsonl(killed / "trajectories.jsonl") == read_jsonl(reference / "trajectories.jsonl")
+    metrics_ref, metrics_killed = read_jsonl(reference / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
+    assert [m["step"] for m in metrics_killed] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(metrics_ref, metrics_killed):
+        assert {k: v for k, v in a.items() if not k.startswith("time/")} == {k: v for k, v in b.items() if not k.startswith("time/")}
+    for name in ("weights.pt", "optimizer.pt", "state.pt"):
+        a = torch.load(reference / "checkpoints" / "step_000006" / name, weights_only=False)
+        b = torch.load(killed / "checkpoints" / "step_000006" / name, weights_only=False)
+        assert_same_tensors(a, b, name)
+    state = torch.load(killed / "checkpoints" / "step_000006" / "state.pt", weights_only=False)
+    assert state["stream"]["position"] == 12 and state["policy_version"] == 6
+
+
+def test_sync_run_killed_at_every_point_resumes_bit_identical(tmp_path, tiny_model_dir, zygote, reference):
+    killed = tmp_path / "killed"
     KILLED_AT.clear()
-    trainer(zygote, reference, None, overrides(tiny_model_dir, reference))
 
     trainer(zygote, killed, "after_checkpoint:1", overrides(tiny_model_dir, killed))  # steps 1-2, checkpoint 2
     assert latest(killed) == "step_000002"
@@ -138,22 +173,25 @@ def test_sync_run_killed_at_every_point_resumes_bit_identical(tmp_path, tiny_mod
     trainer(zygote, killed, "logged:2")  # steps 5 and 6 logged; killed before step 6's checkpoint
     assert sorted(p.name for p in (killed / "checkpoints").glob("step_*"))[-1] == "step_000004"
     assert {r["step"] for r in read_jsonl(killed / "trajectories.jsonl")} == {1, 2, 3, 4, 5, 6}
-    printed = trainer(zygote, killed, None)
+    printed = trainer(zygote, killed, None)["printed"]
     assert sorted(KILLED_AT) == sorted(KILL_POINTS)  # every point of rlyard/testing/kill.py, once
     assert "step_000004 at step 4" in printed
     assert not list((killed / "checkpoints").glob(".staging-*"))
+    assert_same_run(killed, reference[0])
 
-    assert read_jsonl(killed / "trajectories.jsonl") == read_jsonl(reference / "trajectories.jsonl")
-    metrics_ref, metrics_killed = read_jsonl(reference / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
-    assert [m["step"] for m in metrics_killed] == [1, 2, 3, 4, 5, 6]
-    for a, b in zip(metrics_ref, metrics_killed):
-        assert {k: v for k, v in a.items() if not k.startswith("time/")} == {k: v for k, v in b.items() if not k.startswith("time/")}
-    for name in ("weights.pt", "optimizer.pt", "state.pt"):
-        a = torch.load(reference / "checkpoints" / "step_000006" / name, weights_only=False)
-        b = torch.load(killed / "checkpoints" / "step_000006" / name, weights_only=False)
-        assert_same_tensors(a, b, name)
-    state = torch.load(killed / "checkpoints" / "step_000006" / "state.pt", weights_only=False)
-    assert state["stream"]["position"] == 12 and state["policy_version"] == 6
+
+def test_sync_run_killed_at_random_instants_resumes_bit_identical(tmp_path, tiny_model_dir, zygote, reference):
+    """SIGKILL from outside at seeded random instants: a random time (0-150 ms) after
+    trajectories.jsonl reaches a random fraction of its final size, wherever the trainer then is
+    (a checkpoint, a half-written line, a rollout). Three kills, then the run to its end."""
+    killed, final_bytes = tmp_path / "killed", (reference[0] / "trajectories.jsonl").stat().st_size
+    rng = random.Random(0)
+    for i, fraction in enumerate(sorted(rng.uniform(0.15, 0.95) for _ in range(3))):
+        when = {"path": str(killed / "trajectories.jsonl"), "bytes": int(fraction * final_bytes), "then_s": rng.uniform(0.0, 0.15)}
+        exit_ = trainer(zygote, killed, None, overrides(tiny_model_dir, killed) if i == 0 else None, kill_when=when)
+        assert exit_["signal"] == 9, exit_["printed"][-2000:]
+    trainer(zygote, killed, None)
+    assert_same_run(killed, reference[0])
 
 
 def trained_tasks(run_dir: Path) -> list[str]:
