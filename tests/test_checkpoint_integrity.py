@@ -129,7 +129,7 @@ def small_disk(tmp_path):
     """A real 1 MiB tmpfs (root only; skipped where mounting is not allowed)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -145,7 +145,7 @@ def test_a_really_full_disk_keeps_the_previous_checkpoint(small_disk):
     optimizer.step()
     first = save_checkpoint(small_disk, 1, model, optimizer, {"stream": {"position": 2}})
     used = sum(p.stat().st_size for p in first.iterdir())
-    free = subprocess.run(["df", "--output=avail", "-B1", str(small_disk)], capture_output=True, text=True).stdout.split()[-1]
+    free = subprocess.run(["df", "--output=avail", "-B1", str(small_disk)], capture_output=True, text=True, check=True).stdout.split()[-1]
     (small_disk / "filler").write_bytes(b"\0" * (int(free) - used // 2))  # room for half a checkpoint
     with pytest.raises(CheckpointWriteError, match="checkpoint step 2 could not be written .*the disk is full"):
         save_checkpoint(small_disk, 2, model, optimizer, {"stream": {"position": 4}})

@@ -71,6 +71,26 @@ def test_fault_draws_are_seeded_and_at_the_rate():
         faults.FaultPlan(0.2)
 
 
+def test_the_audit_catches_what_it_must():
+    def row(completion, reward, infra, info=None):
+        return {"group_id": "g", "completion": completion, "reward": reward, "infra_error": infra,
+                "finish_reason": "infra_error" if infra else "stop", "info": info or {}}
+
+    ledger = {0: "crash_score", 1: "hang", 2: "garbage", 3: "sandbox"}
+    rows = [
+        row("A\n[verifier error]\n[fault 0: crash_score] the grader crashed", 0.0, True),  # right
+        row("A", 1.0, False, {"fault": "[fault 1: hang]"}),  # right
+        row("B", 0.0, False, {"fault": "[fault 2: garbage]"}),  # garbage trained as a 0: mis-scored
+        row("A", 0.0, False),  # no fault, but not the honest verdict: mis-scored
+        row("A", float("nan"), False),  # mis-scored
+        row("A", 1.0, True),  # flagged without a fault: mis-scored
+        row("A\n[fault 0: crash_score]", 0.0, True),  # fault 0 twice: duplicated
+    ]  # fault 3 has no row: lost
+    result = faults.audit(rows, ledger)
+    assert (result.mis_scored, result.lost, result.duplicated, result.survived) == (4, 1, 1, 3)
+    assert faults.audit(rows[:2], {0: "crash_score", 1: "hang"}).as_dict()["problems"] == []
+
+
 # --------------------------------------------------------------------------- runs with faults
 @pytest.fixture(scope="module")
 def stopping_model_dir(tmp_path_factory, tokenizer) -> Path:

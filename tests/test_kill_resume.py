@@ -171,7 +171,7 @@ def test_sync_run_killed_at_every_point_resumes_bit_identical(tmp_path, tiny_mod
     assert (killed / "checkpoints" / "step_000004" / "manifest.json").exists() and latest(killed) == "step_000002"
     trainer(zygote, killed, "rollout:2")  # resumes from step 4 (the newest complete one); killed in step 6's rollout
     trainer(zygote, killed, "logged:2")  # steps 5 and 6 logged; killed before step 6's checkpoint
-    assert sorted(p.name for p in (killed / "checkpoints").glob("step_*"))[-1] == "step_000004"
+    assert max(p.name for p in (killed / "checkpoints").glob("step_*")) == "step_000004"
     assert {r["step"] for r in read_jsonl(killed / "trajectories.jsonl")} == {1, 2, 3, 4, 5, 6}
     printed = trainer(zygote, killed, None)["printed"]
     assert sorted(KILLED_AT) == sorted(KILL_POINTS)  # every point of rlyard/testing/kill.py, once

@@ -200,8 +200,8 @@ def audit(rows: list[dict], ledger: dict[int, str], drawn_elsewhere: set[int] = 
     Mis-scored: a row with an infra kind's tag that is not flagged infra_error; a row without an
     infra fault (a hang, or no fault) that is flagged, or whose reward is not the honest verdict of
     its replies (1.0 when TARGET is in them); a reward that is not a finite number.
-    `drawn_elsewhere`: fault ids whose episode never reached a trained batch for a known reason
-    (async: abandoned at shutdown, dropped as stale or all-failed and so counted in metrics).
+    `drawn_elsewhere`: fault ids whose episode has no row for a known reason (async: a group
+    still in flight when the run ended, abandoned); they are not counted as lost.
     """
     result = Audit(episodes=len(rows), injected=len(ledger))
     for kind in ledger.values():
@@ -217,7 +217,7 @@ def audit(rows: list[dict], ledger: dict[int, str], drawn_elsewhere: set[int] = 
         wrong = None
         if len(tags) > 1:
             wrong = f"carries {len(tags)} faults"
-        elif not isinstance(reward, (int, float)) or reward != reward or reward in (math.inf, -math.inf):
+        elif not isinstance(reward, (int, float)) or not math.isfinite(reward):
             wrong = f"reward {reward!r}"
         elif kind in INFRA_KINDS:
             wrong = None if row["infra_error"] and row["finish_reason"] == "infra_error" else "an infra fault trained as a score"
@@ -230,10 +230,10 @@ def audit(rows: list[dict], ledger: dict[int, str], drawn_elsewhere: set[int] = 
             result.problems.append(f"{row['group_id']} ({kind or 'no fault'}): {wrong}")
         elif kind is not None:
             result.survived += 1
-    for fault_id in ledger:
+    for fault_id, kind in ledger.items():
         if seen.get(fault_id, 0) > 1:
             result.duplicated += 1
         elif fault_id not in seen and fault_id not in drawn_elsewhere:
             result.lost += 1
-            result.problems.append(f"fault {fault_id} ({ledger[fault_id]}): no row")
+            result.problems.append(f"fault {fault_id} ({kind}): no row")
     return result
