@@ -3,6 +3,7 @@ against a fresh browser for every page.
 
     python bench/webdev_render.py                         # 3 repeats of the 24 reference sites
     python bench/webdev_render.py --repeats 5 --json /tmp/webdev_render.json
+    python bench/webdev_render.py --pages 8 --repeats 3          # a quicker look
 
 Each repeat grades every built-in task's reference site once per mode with the whole grader
 (`grade_dist`: node --check, both viewports, the DOM checks, the screenshot, SSIM); the modes
@@ -45,9 +46,10 @@ def one_pass(tasks, fresh: bool, shots: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pages", type=int, default=None, help="only the first N tasks' sites (default: all 24)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
-    tasks = make_tasks("eval", 10**9, 0, eval_percent=100)
+    tasks = make_tasks("eval", 10**9, 0, eval_percent=100)[: args.pages]
     shots = "/tmp/rlyard-webdev-bench-shots"
     one_pass(tasks[:2], False, shots)  # warm-up: the first browser start, imports, the page cache
     rates: dict[str, list[float]] = {"reused": [], "fresh": []}
