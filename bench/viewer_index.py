@@ -46,7 +46,8 @@ PAGES = [("overview", "#/", ".chart path.line"), ("failed list", "#/list?reward_
 
 
 def synthetic_row(rng: random.Random, i: int) -> dict:
-    device = f"{rng.choice(WORDS[11:])}-{rng.choice(WORDS[13:])}-{i % 97}"
+    group = random.Random(i // GROUP)  # a group's members share their task
+    device = f"{group.choice(WORDS[11:])}-{group.choice(WORDS[13:])}-{i // GROUP % 97}"
     turns = [[rng.choice(WORDS) + " " for _ in range(60)] for _ in range(2)]
     reward = rng.choice([0.0, 0.0, 0.0, 1.0])
     return {
@@ -142,11 +143,14 @@ def time_pages(base: str, names: dict) -> dict:
         page.goto(base + "/#/")
         page.wait_for_selector(".chart", state="attached")
         for name, hash_, selector in PAGES:
-            page.goto("about:blank")
-            started = time.perf_counter()
-            page.goto(base + "/" + hash_.format(**names))
-            page.wait_for_selector(selector, state="attached")
-            times[name] = round((time.perf_counter() - started) * 1000, 1)
+            best = float("inf")
+            for _ in range(3):  # the best of three, as for the routes: the page itself, not a busy machine's hiccup
+                page.goto("about:blank")
+                started = time.perf_counter()
+                page.goto(base + "/" + hash_.format(**names))
+                page.wait_for_selector(selector, state="attached")
+                best = min(best, time.perf_counter() - started)
+            times[name] = round(best * 1000, 1)
         browser.close()
     return times
 
@@ -185,7 +189,7 @@ def main() -> None:
     print(f"{'route':<52} {'ms':>8} {'bytes':>9}")
     for path, t in routes.items():
         print(f"{path:<52} {t['ms']:>8} {t['bytes']:>9}")
-    print(f"{'page (chromium, navigation to content drawn)':<52} {'ms':>8}")
+    print(f"{'page (chromium, navigation to content drawn, best of 3)':<52} {'ms':>8}")
     for name, ms in pages.items():
         print(f"{name:<52} {ms:>8}")
     slowest = max([t["ms"] for t in routes.values()] + list(pages.values()))
