@@ -25,7 +25,7 @@ from rlyard.envs.webdev.checks import contrast_ratio, normalize_checks
 from rlyard.envs.webdev.render import WORKERS, chromium_path
 from rlyard.envs.webdev.tasks import BUILTIN, load_spec, make_tasks
 from rlyard.envs.webdev.validate import check_task
-from rlyard.envs.webdev.verify import deduction, grade_dist
+from rlyard.envs.webdev.verify import deduction, grade_dist, screenshot_dir
 from rlyard.envs.webdev.visual import gray, load_reference, reduce, ssim, visual_score
 from rlyard.sandbox import bwrap_works
 from rlyard.types import Trajectory
@@ -76,6 +76,14 @@ def test_builtin_set_loads_and_splits():
         load_spec(bad)
     assert deduction(0.95) == 0.0 and deduction(0.6) == 0.2 and deduction(0.45) == 0.4 and deduction(0.2) == 0.8
     assert deduction(0.19) is None
+
+
+def test_screenshots_go_to_the_run_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLYARD_RUN_DIR", str(tmp_path / "run"))
+    assert screenshot_dir(None) == tmp_path / "run" / "screenshots"
+    assert screenshot_dir(str(tmp_path / "mine")) == tmp_path / "mine"  # the option wins
+    monkeypatch.delenv("RLYARD_RUN_DIR")
+    assert screenshot_dir(None).name == "rlyard-webdev-screenshots"
 
 
 @needs_browser
