@@ -380,11 +380,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from rlyard.envs.registry import FamilyNotFound
+
     try:
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
+    except (ConfigError, FamilyNotFound) as exc:
         print(f"rlyard: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a full disk mid-checkpoint, a damaged checkpoint: the message names the file
+        checkpoints = sys.modules.get("rlyard.train.checkpoint")  # not imported: it cannot be theirs (torch stays unloaded)
+        if checkpoints is None or not isinstance(exc, checkpoints.CheckpointError):
+            raise
+        print(f"rlyard: {exc}", file=sys.stderr)
+        return 1
     except ValueError as exc:
         from rlyard.envs.code.loaders import SourceError
         from rlyard.sft.data import DataError

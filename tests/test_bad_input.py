@@ -184,7 +184,7 @@ CLI = [
 
 
 # cases that need a change outside the modules this table's author owns (see the docs page)
-PENDING = {"envs show of an unknown family": "rlyard/cli.py main() lets FamilyNotFound (a KeyError) through: a traceback"}
+PENDING: dict[str, str] = {}  # case name -> why it still gives a traceback (strict xfail)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c[0], marks=[pytest.mark.xfail(strict=True, reason=PENDING[c[0]])]
