@@ -64,7 +64,7 @@ def train_async(config: RunConfig, run_dir: Path, resume: bool = False, engine=N
                             "progress/finished_groups": float(pool.finished_groups)}
                 versions = [{"policy_versions": sorted({v for v, m in zip(t.policy_versions, t.loss_mask) if m}),
                              "trained_at_version": version} for t in batch]
-                run.record(step + 1, batch, metrics, step_seconds, versions)
+                run.record(step + 1, batch, metrics, step_seconds, versions, targets.advantages)
     return run.result
 
 

@@ -122,9 +122,10 @@ class Run:
         return self
 
     def record(self, step: int, batch: list[Trajectory], metrics: dict[str, float], step_seconds: float,
-               extra: list[dict] | None = None) -> None:
+               extra: list[dict] | None = None, advantages: list | None = None) -> None:
         """Step `step` (1-based) is trained: evaluate if due, log, store its trajectories (each row
-        merged with `extra[i]` when given), checkpoint if due or last."""
+        merged with `extra[i]` when given, with its advantage: a token-level one as its mean),
+        checkpoint if due or last."""
         config, c = self.config, self.c
         self.train_seconds += step_seconds
         if hasattr(c.engine, "metrics"):  # e.g. the Ray fleet's actor restarts
@@ -132,7 +133,9 @@ class Run:
         if config.eval.every and step % config.eval.every == 0 and step < config.train.steps:
             metrics |= run_eval(c, config, self.logger, f"step {step}")
         self.logger.log(step, metrics)
-        rows = [trajectory_row(t, self.prompt_text(t)) for t in batch]
+        means = [None if a is None else float(a) if isinstance(a, (int, float)) else float(a.float().mean()) if a.numel() else 0.0
+                 for a in (advantages or [None] * len(batch))]
+        rows = [trajectory_row(t, self.prompt_text(t), tokenizer=c.tokenizer, advantage=a) for t, a in zip(batch, means)]
         self.store.append(step, [row | more for row, more in zip(rows, extra)] if extra else rows)
         kill_point("logged")
         if (config.output.checkpoint_every and step % config.output.checkpoint_every == 0) or step == config.train.steps:

@@ -40,5 +40,5 @@ def train_sync(config: RunConfig, run_dir: Path, resume: bool = False, engine=No
             metrics |= {"time/step": step_seconds, "time/generate": gen_seconds,
                         "time/generate_tokens_per_s": sampled / gen_seconds, "progress/samples": (step + 1) * len(batch)}
             # 3. record, evaluate, checkpoint
-            run.record(step + 1, batch, metrics, step_seconds)
+            run.record(step + 1, batch, metrics, step_seconds, advantages=targets.advantages)
     return run.result
