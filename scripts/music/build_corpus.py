@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from rlyard.envs.music.abc import parse_key
-from rlyard.envs.music.constraints import MODE_WORDS, PITCH_NAMES, Music, check_all
+from rlyard.envs.music.constraints import PITCH_NAMES, Music, check_all
 from rlyard.envs.music.corpus import BUILTIN, HIGH, LOW, percentile, split_tunes
 from rlyard.envs.music.features import FEATURES
 from rlyard.envs.music.verify import analyse, grade
