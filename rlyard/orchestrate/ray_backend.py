@@ -87,6 +87,9 @@ def wait_for(ray, group, config: RunConfig, timeout_s: float = 600.0, every_s: f
                       f"(strategy {config.orchestrate.ray.placement_strategy}) within {timeout_s:.0f} s")
 
 
+RUN_DIR_VARIABLE = "RLYARD_RUN_DIR"
+
+
 def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
     """Launch the actors, run the loop in the learner actor, and take everything down after."""
     ray = import_ray()
@@ -116,6 +119,8 @@ def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
             options = {"num_cpus": resources.get("CPU", 0.0), "num_gpus": resources.get("GPU", 0.0), "name": name,
                        "namespace": namespace, "max_restarts": restarts, "max_task_retries": 0,
                        "max_concurrency": concurrency,
+                       # families write artefacts (webdev screenshots) under the run folder: on one machine, or a shared one
+                       "runtime_env": {"env_vars": {RUN_DIR_VARIABLE: str(Path(run_dir).resolve())}},
                        "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)}
             return ray.remote(cls).options(**options)
 

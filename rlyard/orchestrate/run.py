@@ -8,6 +8,7 @@ cuts trajectories.jsonl and dropped.jsonl back to its step; docs/reliability.md.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -79,6 +80,7 @@ class Run:
     def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, engine=None, followers: list = ()):
         self.config, self.run_dir, self.wall_started = config, run_dir, time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
+        os.environ["RLYARD_RUN_DIR"] = str(run_dir.resolve())  # families write artefacts under it (webdev: screenshots/)
         write_atomic(run_dir / "config.yaml", dump_config(config).encode())
         self.c = c = build(config, engine=engine, shard=bool(followers), followers=followers)
         self.start_step, self.base_accuracy, self.train_seconds = 0, None, 0.0
