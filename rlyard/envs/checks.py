@@ -1,10 +1,11 @@
-"""What every family's `validate` shares: pick the tasks asked for, check them a few at a time."""
+"""What every family's `validate` shares: pick the tasks asked for, check them a few at a time,
+play an oracle's replies through an environment."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
-from rlyard.types import Task
+from rlyard.types import Reward, Task
 
 CheckT = TypeVar("CheckT")
 
@@ -24,3 +25,23 @@ def check_tasks(tasks: list[Task], task_ids: list[str] | None, check: Callable[[
             if progress:
                 progress(result)
     return checks
+
+
+def check_every_task(make_tasks: Callable[..., list[Task]], check: Callable[[Task], CheckT], options: dict | None,
+                     task_ids: list[str] | None, jobs: int = 2, progress: Callable[[CheckT], None] | None = None) -> list[CheckT]:
+    """`check` on every task of both splits (eval_percent 100 puts them all in one), or only `task_ids`."""
+    tasks = make_tasks("eval", 10**9, 0, **{**(options or {}), "eval_percent": 100})
+    return check_tasks(tasks, task_ids, check, jobs, progress)
+
+
+def play_replies(env, task: Task, replies: list[str]) -> Reward:
+    """One episode of fixed replies (an oracle's) through the environment's own tools, graded by
+    its `score` on the final workspace, as a policy's would be; the environment is closed after."""
+    try:
+        env.reset(task)
+        for reply in replies:
+            if env.step(reply).done:
+                break
+        return env.score()
+    finally:
+        env.close()

@@ -25,12 +25,6 @@ def play_oracle(task: Task) -> Reward:
     """One episode that plays `oracle` through the environment's own tools, graded by `score`."""
     from rlyard.envs.cyber.env import CyberEnv
 
-    env = CyberEnv()
-    try:
-        env.reset(task)
-        for reply in oracle(task):
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    from rlyard.envs.checks import play_replies
+
+    return play_replies(CyberEnv(), task, oracle(task))

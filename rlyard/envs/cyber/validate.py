@@ -14,7 +14,7 @@ from typing import Any, Callable
 from rlyard.envs.cyber.verify import grade_bytes
 from rlyard.envs.cyber.tasks import make_tasks
 from rlyard.envs.cyber.targets import Target
-from rlyard.envs.checks import check_tasks
+from rlyard.envs.checks import check_every_task
 from rlyard.types import Task
 
 
@@ -66,5 +66,4 @@ def check_task(task: Task) -> Check:
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
              progress: Callable[[Check], None] | None = None) -> list[Check]:
     """Check every target of both splits (or only `task_ids`), `jobs` at a time."""
-    tasks = make_tasks("eval", 10**9, 0, **{**(options or {}), "eval_percent": 100})
-    return check_tasks(tasks, task_ids, check_task, jobs, progress)
+    return check_every_task(make_tasks, check_task, options, task_ids, jobs, progress)

@@ -35,12 +35,6 @@ def play_oracle(task: Task, rules_only: bool = True) -> Reward:
 
     from rlyard.envs.general.env import GeneralEnv
 
-    env = GeneralEnv()
-    try:
-        env.reset(replace(task, payload={**task.payload, "rules_only": rules_only}))
-        for reply in oracle(task):
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    from rlyard.envs.checks import play_replies
+
+    return play_replies(GeneralEnv(), replace(task, payload={**task.payload, "rules_only": rules_only}), oracle(task))

@@ -31,12 +31,6 @@ def play_oracle(task: Task) -> Reward:
     """One episode that plays `oracle` through the environment's own tools, graded by `score`."""
     from rlyard.envs.webdev.env import WebdevEnv
 
-    env = WebdevEnv()
-    try:
-        env.reset(task)
-        for reply in oracle(task):
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    from rlyard.envs.checks import play_replies
+
+    return play_replies(WebdevEnv(), task, oracle(task))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rlyard.envs.checks import check_tasks
+from rlyard.envs.checks import check_every_task
 from rlyard.envs.webdev.tasks import make_tasks
 from rlyard.envs.webdev.verify import grade_dist
 from rlyard.types import Task
@@ -60,5 +60,4 @@ def check_task(task: Task) -> Check:
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
              progress: Callable[[Check], None] | None = None) -> list[Check]:
     """Check every task of both splits (or only `task_ids`), `jobs` at a time (a browser per thread)."""
-    tasks = make_tasks("eval", 10**9, 0, **{**(options or {}), "eval_percent": 100})
-    return check_tasks(tasks, task_ids, check_task, jobs, progress)
+    return check_every_task(make_tasks, check_task, options, task_ids, jobs, progress)
