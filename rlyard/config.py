@@ -31,6 +31,8 @@ class EnvConfig(Strict):
     # Python reward functions, TRL's signature (docs/your-data.md): "pkg.module:fn" or "path/to/file.py:fn", or a list
     reward: str | list[str] | None = None  # None: the family's own verifier (env.name=dataset needs one)
     reward_weights: list[float] | None = None  # one per reward function; None = all 1.0 (TRL's reward_weights)
+    # an environment's score() that has not answered by then fails its episode as infra (rlyard/envs/deadline.py)
+    grader_timeout_s: float | None = Field(900.0, gt=0)
 
     @field_validator("name")
     @classmethod

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Environment
+from rlyard.envs.deadline import within
 from rlyard.models.templates import MARK, choose_tool_format, end_of_message_id, render, shows_tool_messages, thinks
 from rlyard.types import Message, Reward, SamplingParams, Task, Trajectory
 
@@ -26,6 +27,7 @@ class AgentLimits:
     max_prompt_tokens: int | None = None  # longer first prompts lose the middle of the task text
     tool_output_chars: int = 8000  # longer tool messages lose their middle
     tool_format: str = "auto"  # agent.tool_format: auto | family | hermes | llama3_json | bash_block (docs/models.md)
+    grader_timeout_s: float | None = None  # env.grader_timeout_s: a score() that has not answered by then is infra
 
 
 @dataclass(kw_only=True)
@@ -291,7 +293,7 @@ def run_episodes(
         turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)), cache_prefix=True)
         for episode, completion in zip(active, generate_shared([e.token_ids for e in active], engine, turn_params)):
             advance(episode, completion, renderer, limits)
-    return [finish(e, time.perf_counter() - started) for e in episodes]
+    return [finish(e, time.perf_counter() - started, limits.grader_timeout_s) for e in episodes]
 
 
 def generate_shared(prompts: list[list[int]], engine: Engine, params: SamplingParams) -> list:
@@ -342,12 +344,12 @@ def advance(episode: Episode, completion, renderer: TemplateRenderer, limits: Ag
     episode.extend(env_tokens, sampled=False)
 
 
-def finish(episode: Episode, seconds: float) -> Trajectory:
+def finish(episode: Episode, seconds: float, grader_timeout_s: float | None = None) -> Trajectory:
     """Score the episode (a grader crash is an infra failure, not a zero) and close its env."""
     reward, components, info, details = 0.0, {}, episode.error, {}
     if not episode.infra_error:
         try:
-            verdict = episode.env.score()
+            verdict = within(grader_timeout_s, episode.env.score)
             if not isinstance(verdict, Reward):  # rollout.checked() refuses rewards that are no finite number
                 raise TypeError(f"score() returned {verdict!r}, not a Reward")
             reward, components, episode.infra_error = verdict.value, dict(verdict.components), verdict.infra_error

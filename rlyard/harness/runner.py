@@ -31,6 +31,7 @@ from dataclasses import replace
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Environment
+from rlyard.envs.deadline import within
 from rlyard.harness.base import Harness, HarnessEpisode, get_harness
 from rlyard.harness.gateway import MODEL_NAME, Gateway
 from rlyard.types import SamplingParams, Task, Trajectory
@@ -119,7 +120,7 @@ def play_one(gateway: Gateway, tokenizer, harness: Harness, env: Environment, ta
     reward, components, infra, details = 0.0, {}, bool(error), {}
     if not infra:
         try:
-            verdict = env.score()
+            verdict = within(limits.grader_timeout_s, env.score)
             reward, components, infra, details = verdict.value, dict(verdict.components), verdict.infra_error, dict(verdict.info)
         except Exception:
             infra, error = True, traceback.format_exc(limit=3)

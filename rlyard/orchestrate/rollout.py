@@ -15,6 +15,7 @@ from dataclasses import replace
 from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
+from rlyard.envs.deadline import within
 from rlyard.harness.runner import play_episodes
 from rlyard.testing.kill import kill_point
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
@@ -76,7 +77,7 @@ def rollout(
         for _, env, _ in samples:
             close_quietly(env)
     else:
-        verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else env_verdict(env, text)
+        verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else env_verdict(env, text, limits.grader_timeout_s if limits else None)
                     for (_, env, _), text in zip(samples, texts)]
     verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else v for (_, env, _), v in zip(samples, verdicts)]
     for _, env, _ in samples:
@@ -173,11 +174,11 @@ def score_groups(family: Family, tasks: list[Task], group_prefix: str, trajector
     return out
 
 
-def env_verdict(env, text: str) -> tuple[Reward | None, str | None]:
+def env_verdict(env, text: str, grader_timeout_s: float | None = None) -> tuple[Reward | None, str | None]:
     """(reward, None), or (None, the traceback) when the environment or its verifier broke."""
     try:
         env.step(text)
-        verdict = env.score()
+        verdict = within(grader_timeout_s, env.score)
         if problem := verdict_problem(verdict):
             return None, problem
         return verdict, None

@@ -17,7 +17,8 @@ from rlyard.types import SamplingParams, Task, Trajectory
 
 def agent_limits(config: RunConfig) -> AgentLimits:
     a = config.agent
-    return AgentLimits(a.max_turns, a.max_tokens_per_turn, a.max_total_tokens, a.max_prompt_tokens, a.tool_output_chars, a.tool_format)
+    return AgentLimits(a.max_turns, a.max_tokens_per_turn, a.max_total_tokens, a.max_prompt_tokens, a.tool_output_chars, a.tool_format,
+                       config.env.grader_timeout_s)
 
 
 def sampling_for_step(config: RunConfig, step: int, stop_ids: tuple[int, ...], round_: int = 0) -> SamplingParams:

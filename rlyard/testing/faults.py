@@ -11,8 +11,8 @@ With `env.options.fault_rate=r` every episode draws, seeded (`fault_seed`), each
 probability r; it fires when the episode reaches that call (a multi-turn reply cut at the turn's
 token limit ends its episode before any step) and only then enters `LEDGER`: crash_reset, crash_step, crash_score (raise in that call), sandbox (reset raises
 SandboxUnavailable), garbage (score returns NaN, inf, a str, None, a NaN component or no Reward
-at all), hang (score sleeps `hang_s`, then answers correctly: rlyard has no timeout of its own
-around a grader, a family's own sandbox limits are the timeout; so a hang is a slow grader).
+at all), hang (score sleeps `hang_s`, then answers correctly: a slow grader, unless `hang_s` passes
+env.grader_timeout_s, which makes it an infra episode).
 Every injected fault leaves its tag, "[fault N: kind]", in the episode's row (the traceback in the
 completion, or the Reward's info), and `LEDGER` lists them in the process that injected them.
 
