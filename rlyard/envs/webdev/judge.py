@@ -27,7 +27,6 @@ import math
 import random
 import threading
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from rlyard.envs.judge import Judge, JudgeConfig, JudgeUnavailable
