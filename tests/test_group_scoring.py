@@ -6,6 +6,7 @@ its whole group as infra (never train a 0)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -43,6 +44,8 @@ def run(tiny_model_dir, run_dir, *overrides):
         "output.progress=false", "output.plot=false", "model.lora.enabled=false",
         "train.steps=2", *overrides])
     train(config, run_dir)
+    # families write their artefacts under the run folder (webdev: RUN_DIR/screenshots, tests/envs/test_webdev.py)
+    assert os.environ["RLYARD_RUN_DIR"] == str(run_dir.resolve())
     return [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines() if line.strip()]
 
 
