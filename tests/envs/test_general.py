@@ -338,18 +338,16 @@ def test_an_answer_that_talks_to_the_judge_gets_nothing_from_it(tmp_path, script
 @pytest.mark.embedded
 def test_grading_through_a_live_rlyard_serve_judge(tmp_path):
     """No judge.base_url: the family starts `rlyard serve` over the embedded model and asks it with the
-    real openai client; the verdict is a number in [0, 1] (or, if that small model gives none, infra);
-    the second grade of the same answer is a cache hit."""
+    real openai client (/v1/completions, the verdict's opening written for it); its verdict is a number
+    in [0, 1]; the second grade of the same answer is a cache hit. (What that 135M judge says is not
+    tested: it pays 1 to most answers, which docs/general.md says.)"""
     source = tmp_path / "live"
     write_task(source, items=[{"id": "tone", "method": "judge", "criterion": "The reply says the order has shipped.", "weight": 1}])
     task = task_of(source, judge={"cache_dir": str(tmp_path / "cache"), "max_tokens": 24, "retries": 2, "backoff_s": 0.1})
     judge = judge_for(task.payload["judge"])
     assert judge.base_url.startswith("http://127.0.0.1:") and judge.config.api == "completions"
     first = grade(task, tmp_path, "Your order ORD-7 has shipped.", rules_only=False)
-    assert judge.requests >= 1
-    if first.infra_error:
-        assert "no verdict" in first.info["error"]
-        return
+    assert judge.requests >= 1 and not first.infra_error, first.info
     assert 0.0 <= first.value <= 1.0 and first.info["rubric"]["tone"]["why"]
     requests = judge.requests
     assert grade(task, tmp_path, "Your order ORD-7 has shipped.", rules_only=False).value == first.value
