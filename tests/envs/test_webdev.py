@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlyard.envs.checks import play_replies
 from rlyard.envs import get_family
 from rlyard.envs.webdev.checks import contrast_ratio, normalize_checks
 from rlyard.envs.webdev.render import WORKERS, chromium_path
@@ -193,15 +194,7 @@ def test_validate_a_task(browser):
 
 
 def play(task, replies: list[str]):
-    env = get_family("webdev").make_env()
-    try:
-        env.reset(task)
-        for reply in replies:
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    return play_replies(get_family("webdev").make_env(), task, replies)
 
 
 def call(name: str, **arguments) -> str:
