@@ -44,8 +44,13 @@ def wait_namespace_gone(info: bytes, timeout_s: float = 5.0) -> None:
 
 
 def _children(pid: int) -> list[int]:
+    """The children of `pid`; none once it has exited (its /proc folder may vanish mid-listing)."""
     kids = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").glob("*/children"))
+    except OSError:  # the process exited while its task folder was being listed
+        return kids
+    for task in tasks:
         try:
             kids += [int(k) for k in task.read_text().split()]
         except OSError:
