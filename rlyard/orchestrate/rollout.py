@@ -74,15 +74,13 @@ def rollout(
     verify_started = time.perf_counter()
     if family.score_batch is not None:
         verdicts = batch_verdicts(family, [tasks[t] for t, _, _ in samples], texts, [c.token_ids for _, _, c in samples])
-        for _, env, _ in samples:
-            close_quietly(env)
-    else:
-        verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else env_verdict(env, text, limits.grader_timeout_s if limits else None)
-                    for (_, env, _), text in zip(samples, texts)]
-    verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else v for (_, env, _), v in zip(samples, verdicts)]
+    else:  # env_verdict closes the environments it grades
+        timeout = limits.grader_timeout_s if limits else None
+        verdicts = [None if id(env) in reset_errors else env_verdict(env, text, timeout) for (_, env, _), text in zip(samples, texts)]
     for _, env, _ in samples:
-        if id(env) in reset_errors:
+        if family.score_batch is not None or id(env) in reset_errors:
             close_quietly(env)
+    verdicts = [(None, reset_errors[id(env)]) if id(env) in reset_errors else v for (_, env, _), v in zip(samples, verdicts)]
     verify_seconds = (time.perf_counter() - verify_started) / max(1, len(samples))
 
     trajectories = []
