@@ -82,12 +82,17 @@ class GeneralEnv(ToolEnv):
         return Reward(verdict.value, {**verdict.components, **extra}, verdict.info, verdict.infra_error)
 
 
+def rubric_of(task: Task):
+    """The task's rubric, read from its folder at grading time (never part of the payload)."""
+    return load_rubric(Path(task.payload["dir"]) / "verifier" / "rubric.yaml")
+
+
 def grade(task: Task, workspace: Path, answer: str, rules_only: bool) -> Reward:
     """The task's rubric on a finished workspace. No answer at all (an empty answer.md and none of
     the files the rubric reads) is 0 whatever the rubric's not_contains items would pay."""
     p = task.payload
     try:
-        rubric = load_rubric(Path(p["dir"]) / "verifier" / "rubric.yaml")
+        rubric = rubric_of(task)
     except RubricError as error:
         return Reward(0.0, {}, {"error": str(error)}, infra_error=True)
     files = {str(i.spec.get("source", i.spec.get("path", ""))) for i in rubric.items if i.method in ("file", "json_schema")}
@@ -112,7 +117,7 @@ def score_group(task: Task, trajectories: list[Trajectory]) -> list[Trajectory]:
     p = task.payload
     penalty = None
     try:
-        penalty = load_rubric(Path(p["dir"]) / "verifier" / "rubric.yaml").length_penalty
+        penalty = rubric_of(task).length_penalty
     except RubricError:
         pass  # its members are infra already (score() could not read it either)
     if penalty is None and p.get("length_penalty"):
