@@ -1,73 +1,97 @@
 #!/usr/bin/env bash
-# Set up rlyard on a fresh machine: Debian tools, torch (the CPU wheel when there is no GPU),
-# the package with its test extra, the embedded model. Safe to run again: every step checks first.
+# Set up rlyard on a fresh machine: Debian tools, a virtualenv, torch (the CPU wheel when there is
+# no GPU), the package with its test extra, the embedded model. Safe to run again: every step
+# checks first, so a second run is a quick no-op.
 #
-#   RLYARD_SKIP_APT=1     skip the optional Debian packages (the required ones are still checked)
-#   RLYARD_TORCH_INDEX=URL  install torch from this index (default: chosen, see below)
-#   PYTHON=python3.11     the interpreter to install into
+# Where it installs: an activated virtualenv or conda env as it is; else the project virtualenv
+# .venv (made with the stdlib venv from $PYTHON), so a system interpreter marked externally
+# managed (PEP 668: Debian 12, Ubuntu 24.04) is never installed into. Root is needed only for
+# apt-get (through sudo when you are not root); nothing else writes outside the checkout and
+# ~/.cache/rlyard.
+#
+#   PYTHON=/usr/bin/python3   the interpreter .venv is made from (default: python3 on PATH)
+#   RLYARD_SKIP_APT=1         install no Debian package (each family names what it misses)
+#   RLYARD_TORCH_INDEX=URL    install torch from this index (default: chosen, see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/env.sh
 TORCH_VERSION=2.13.0
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 step() { echo "[setup] $*"; }
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+can_apt() { [ "${RLYARD_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null && { [ -z "$SUDO" ] || command -v sudo >/dev/null; }; }
+apt_install() {  # apt_install PACKAGE...: best effort; the caller checks what it got
+  if ! can_apt; then return 1; fi
+  if [ -z "${APT_UPDATED:-}" ]; then
+    step "apt-get update${SUDO:+ (through sudo)}"
+    $SUDO apt-get update -q || step "apt-get update failed; trying the cached package lists"
+    APT_UPDATED=1
+  fi
+  step "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "$@"
+}
+
+# ---------------------------------------------------------------- the Python environment
+if [ "$RLYARD_ENV_KIND" = "the project virtualenv .venv" ]; then
+  command -v "$PYTHON" >/dev/null || { echo "[setup] error: PYTHON=$PYTHON not found" >&2; exit 1; }
+  if [ -x "$RLYARD_PY" ] && "$RLYARD_PY" -c "import sys" 2>/dev/null; then
+    step "virtualenv .venv exists ($("$RLYARD_PY" -c 'import sys; print(sys.version.split()[0], "from", sys._base_executable)'))"
+  else
+    version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+      || { echo "[setup] error: rlyard needs Python >= 3.11; PYTHON=$PYTHON is $version (set PYTHON=python3.11 or newer)" >&2; exit 1; }
+    # Debian and Ubuntu ship venv's pip bootstrap (ensurepip) in a package of its own.
+    if ! "$PYTHON" -c "import ensurepip, venv" 2>/dev/null; then
+      apt_install "python$version-venv" || true
+      "$PYTHON" -c "import ensurepip, venv" 2>/dev/null || {
+        echo "[setup] error: $PYTHON cannot make a virtualenv (no ensurepip); install python$version-venv (apt-get install python$version-venv)," >&2
+        echo "[setup]        or activate a virtualenv of your own and run $0 again" >&2; exit 1; }
+    fi
+    step "making the virtualenv .venv with $PYTHON (Python $version)"
+    rm -rf .venv
+    "$PYTHON" -m venv .venv
+  fi
+else
+  step "installing into $RLYARD_ENV_KIND: $RLYARD_ENV"
+fi
+PYTHON=$RLYARD_PY
 
 # ---------------------------------------------------------------- Debian packages, per family need
-# required: the sandbox (bubblewrap) of the files and code families, and the code family's grader,
-# which runs git and the system python's pytest on every episode. Without them training and the
-# test suite fail, so RLYARD_SKIP_APT does not skip them.
-# webdev renders pages in Debian's chromium and syntax-checks scripts with nodejs; music converts
-# ABC with abcmidi; `rlyard view`'s tests drive chromium too. Each family says at start-up which
-# package it misses, so RLYARD_SKIP_APT=1 skips them (the families above still work).
-required=() optional=()
-command -v bwrap >/dev/null || required+=(bubblewrap)
-command -v git >/dev/null || required+=(git)
-/usr/bin/python3 -c "import pytest" 2>/dev/null || required+=(python3-pytest)
-command -v gcc >/dev/null || required+=(gcc)  # the cyber family's targets (ASan / UBSan: libasan, libubsan come with it)
-command -v addr2line >/dev/null || required+=(binutils)  # symbolised sanitizer stacks (the crash function)
-if [ "${RLYARD_SKIP_APT:-0}" != "1" ]; then
-  command -v chromium >/dev/null || optional+=(chromium)
-  command -v node >/dev/null || optional+=(nodejs)
-  command -v abc2midi >/dev/null || optional+=(abcmidi)
-  fc-list 2>/dev/null | grep -qi dejavu || optional+=(fonts-dejavu-core)  # the same glyphs on every machine (webdev screenshots)
+# Only some families need system tools: bubblewrap is the sandbox of the files, code and cyber
+# families; the code family's grader runs git and the system python's pytest; cyber builds its
+# targets with gcc (ASan / UBSan) and symbolises stacks with binutils; webdev renders in chromium
+# and checks scripts with nodejs (fonts-dejavu-core: the same glyphs everywhere); music converts
+# ABC with abcmidi. The quickstart (arith) needs none of them, so a machine without apt, root or
+# sudo still gets a working `rlyard train`; each family names the package it misses when it starts.
+declare -A need=(
+  [bubblewrap]="command -v bwrap"             [git]="command -v git"
+  [python3-pytest]="/usr/bin/python3 -c 'import pytest'"
+  [gcc]="command -v gcc"                      [binutils]="command -v addr2line"
+  [chromium]="command -v chromium"            [nodejs]="command -v node"
+  [abcmidi]="command -v abc2midi"             [fonts-dejavu-core]="fc-list 2>/dev/null | grep -qi dejavu"
+)
+declare -A used_by=(
+  [bubblewrap]="the sandbox: files, code, cyber" [git]="code" [python3-pytest]="code (its grader)"
+  [gcc]="cyber" [binutils]="cyber (symbolised stacks)" [chromium]="webdev, rlyard view's tests"
+  [nodejs]="webdev" [abcmidi]="music" [fonts-dejavu-core]="webdev (screenshots)"
+)
+wanted=()
+for package in bubblewrap git python3-pytest gcc binutils chromium nodejs abcmidi fonts-dejavu-core; do
+  eval "${need[$package]}" >/dev/null 2>&1 || wanted+=("$package")
+done
+if [ ${#wanted[@]} -eq 0 ]; then
+  step "Debian packages present (bubblewrap, git, python3-pytest, gcc, binutils, chromium, nodejs, abcmidi, fonts)"
+elif [ "${RLYARD_SKIP_APT:-0}" = "1" ]; then
+  step "RLYARD_SKIP_APT=1: not installing ${wanted[*]}"
+elif ! can_apt; then
+  step "no apt-get, or not root and no sudo: cannot install ${wanted[*]}"
 else
-  step "RLYARD_SKIP_APT=1: Debian packages of the webdev and music families (chromium, nodejs, abcmidi) skipped"
+  apt_install "${wanted[@]}" || step "apt-get install failed; the families below say what they miss"
 fi
-if [ ${#required[@]} -eq 0 ]; then
-  step "required Debian packages present (bubblewrap, git, python3-pytest, gcc, binutils)"
-fi
-wanted=("${required[@]}" "${optional[@]}")
-if [ ${#wanted[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || command -v sudo >/dev/null; }; then
-    step "apt-get update"
-    $SUDO apt-get update -q || step "apt-get update failed; trying the cached package lists"
-    step "apt-get install ${wanted[*]} (required: ${required[*]:-none}; optional: ${optional[*]:-none})"
-    if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${wanted[@]}"; then
-      if [ ${#optional[@]} -gt 0 ] && [ ${#required[@]} -gt 0 ]; then
-        step "retrying with the required packages only: ${required[*]}"
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${required[@]}" || true
-      fi
-    fi
-  else
-    step "no apt-get (or no root / sudo): cannot install ${wanted[*]}"
-  fi
-  missing=()
-  command -v bwrap >/dev/null || missing+=("bubblewrap (bwrap: the sandbox of the files and code families)")
-  command -v git >/dev/null || missing+=("git (the code family's grader)")
-  /usr/bin/python3 -c "import pytest" 2>/dev/null || missing+=("python3-pytest (pytest for /usr/bin/python3, the code family's grader)")
-  command -v gcc >/dev/null || missing+=("gcc (the cyber family builds its targets with ASan / UBSan)")
-  command -v addr2line >/dev/null || missing+=("binutils (addr2line: symbolised sanitizer stacks)")
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "[setup] error: required Debian packages are missing and could not be installed:" >&2
-    printf '  - %s\n' "${missing[@]}" >&2
-    echo "[setup] install them (as root: apt-get install bubblewrap git python3-pytest gcc binutils) and run $0 again" >&2
-    exit 1
-  fi
-  for tool in chromium node abc2midi; do
-    command -v "$tool" >/dev/null || { [ "${RLYARD_SKIP_APT:-0}" = "1" ] || step "$tool not installed: the webdev / music families and their tests cannot run"; }
-  done
-fi
+for package in "${wanted[@]}"; do
+  eval "${need[$package]}" >/dev/null 2>&1 \
+    || step "missing $package: needed by ${used_by[$package]} (and their tests); the quickstart does not need it"
+done
 
 # ---------------------------------------------------------------- torch, before the package
 # Installed first and pinned, so the project's range is already met when pip resolves it. A plain
@@ -122,4 +146,8 @@ else
 fi
 step "embedded model: converted once into ~/.cache/rlyard (about 40 s the first time, later a quick check)"
 "$PYTHON" -c "from rlyard.models import embedded_model_dir; print('[setup] embedded model:', embedded_model_dir())"
-step "done: try rlyard train, or ./scripts/test.sh"
+if [ "$RLYARD_ENV_KIND" = "the project virtualenv .venv" ]; then
+  step "done: .venv/bin/rlyard train (or: source .venv/bin/activate, then rlyard train); ./scripts/test.sh runs the tests"
+else
+  step "done: rlyard train; ./scripts/test.sh runs the tests"
+fi

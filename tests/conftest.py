@@ -1,11 +1,14 @@
 """Shared fixtures: the real SmolLM2 tokenizer, a tiny random llama, and toy environment families.
 
-Everything is real (tokenizer, transformers model, engine, learner); only the model is tiny so
-that the whole suite runs on a 2-core CPU in a couple of minutes.
+Everything is real (tokenizer, transformers model, engine, learner); only the model is tiny.
+The suite runs in parallel (scripts/run_tests.py); the hooks at the end keep each module on one
+worker and start the slowest modules first, and `--durations-json` records where the time goes.
 """
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +99,73 @@ def chat_prompt(tokenizer):
     from rlyard.orchestrate.rollout import render_prompt
 
     return render_prompt(tokenizer, [{"role": "user", "content": TOY_PROMPT}])
+
+
+# --------------------------------------------------------------------------- parallel runs
+# Under pytest-xdist each module is one unit of work (its module-scoped fixtures are built once),
+# except the modules below, whose tests share nothing costly and spread over the workers. The
+# slowest modules start first so that no long module is left to run alone at the end; their
+# seconds come from the last committed run (bench/results/test_durations.json).
+DURATIONS_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "test_durations.json"
+SPREAD_MODULES = {"tests/envs/test_general_tasks.py", "tests/envs/test_cyber_targets.py", "tests/envs/test_code_builtin.py"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--durations-json", default=None, metavar="PATH",
+                     help="write every test's seconds, per module and in all, to PATH (bench/test_durations.py)")
+
+
+def _module_seconds() -> dict[str, float]:
+    try:
+        return json.loads(DURATIONS_FILE.read_text())["module_seconds"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):
+        return
+    seconds = _module_seconds()
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module not in SPREAD_MODULES and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(module))
+    unknown = max(seconds.values(), default=0.0)  # a new module: assume it is slow, start it early
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], unknown))
+
+
+class _DurationRecorder:
+    """Collects each test's setup + call + teardown seconds on the controller (xdist or not)."""
+
+    def __init__(self, path: str):
+        self.path, self.seconds, self.outcomes, self.start = Path(path), {}, {}, time.monotonic()
+
+    def pytest_runtest_logreport(self, report):
+        nodeid = report.nodeid.split("@")[0]
+        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+        if report.when == "call" or report.outcome != "passed":
+            self.outcomes.setdefault(nodeid, report.outcome)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        modules: dict[str, float] = {}
+        for nodeid, sec in self.seconds.items():
+            modules[nodeid.split("::")[0]] = modules.get(nodeid.split("::")[0], 0.0) + sec
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes.values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+        slowest = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:30]
+        record = {"pytest_seconds": round(time.monotonic() - self.start, 1), "exit_status": int(exitstatus),
+                  "tests": len(self.outcomes), "outcomes": counts,
+                  "slowest": [{"test": t, "seconds": round(s, 2)} for t, s in slowest],
+                  "module_seconds": {m: round(s, 2) for m, s in sorted(modules.items(), key=lambda kv: -kv[1])}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(self.path)
+
+
+def pytest_configure(config):
+    path = config.getoption("--durations-json", default=None)
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_DurationRecorder(path), "rlyard-durations")
