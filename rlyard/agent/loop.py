@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 
-from rlyard.engines.base import Engine
+from rlyard.engines.base import Engine, fold_seed
 from rlyard.envs.base import Environment
 from rlyard.envs.deadline import within
 from rlyard.models.templates import MARK, choose_tool_format, end_of_message_id, render, shows_tool_messages, thinks
@@ -24,10 +24,18 @@ class AgentLimits:
     max_turns: int = 8  # model replies per episode
     max_tokens_per_turn: int = 256  # sampled tokens per reply
     max_total_tokens: int = 4096  # prompt + all turns
-    max_prompt_tokens: int | None = None  # longer first prompts lose the middle of the task text
+    max_prompt_tokens: int | None = None  # longer first prompts lose the middle of the task text; None: `prompt_limit`
     tool_output_chars: int = 8000  # longer tool messages lose their middle
     tool_format: str = "auto"  # agent.tool_format: auto | family | hermes | llama3_json | bash_block (docs/models.md)
     grader_timeout_s: float | None = None  # env.grader_timeout_s: a score() that has not answered by then is infra
+
+    @property
+    def prompt_limit(self) -> int:
+        """The first prompt's token limit: agent.max_prompt_tokens, by default the episode's budget
+        less one reply (at most half of it), so that a long task text is cut to leave room to answer."""
+        if self.max_prompt_tokens is not None:
+            return self.max_prompt_tokens
+        return self.max_total_tokens - min(self.max_tokens_per_turn, self.max_total_tokens // 2)
 
 
 @dataclass(kw_only=True)
@@ -282,17 +290,25 @@ def run_episodes(
         try:
             messages = env.reset(replace(task, metadata={**task.metadata, **metadata}) if metadata else task)
             episode_tools = getattr(env, "template_tools", None) or tools
-            prompt, episode.transcript = renderer.begin(trim_prompt(renderer, messages, limits.max_prompt_tokens, episode_tools), episode_tools)
+            prompt, episode.transcript = renderer.begin(trim_prompt(renderer, messages, limits.prompt_limit, episode_tools), episode_tools)
             episode.extend(prompt, sampled=False)
+            if len(prompt) >= limits.max_total_tokens:  # even cut, no room for one token: never sampled, never trained
+                episode.finish_reason, episode.infra_error = "prompt_too_long", True
+                episode.error = (f"the first prompt has {len(prompt)} tokens, agent.max_total_tokens is {limits.max_total_tokens}: "
+                                 "raise agent.max_total_tokens or shorten the task (agent.max_prompt_tokens cuts only the last user message)")
         except Exception:
             episode.finish_reason, episode.infra_error, episode.error = "infra_error", True, traceback.format_exc(limit=3)
         episodes.append(episode)
 
+    turn = 0
     while active := [e for e in episodes if not e.finish_reason]:
         budget = max(limits.max_total_tokens - len(e.token_ids) for e in active)
-        turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)), cache_prefix=True)
+        # each turn its own draws: one seed for every turn would replay the first turn's uniforms
+        turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)), cache_prefix=True,
+                              seed=fold_seed(params.seed, "turn", turn))
         for episode, completion in zip(active, generate_shared([e.token_ids for e in active], engine, turn_params)):
             advance(episode, completion, renderer, limits)
+        turn += 1
     return [finish(e, time.perf_counter() - started, limits.grader_timeout_s) for e in episodes]
 
 
@@ -314,7 +330,7 @@ def generate_shared(prompts: list[list[int]], engine: Engine, params: SamplingPa
 
 def advance(episode: Episode, completion, renderer: TemplateRenderer, limits: AgentLimits) -> None:
     """Append one sampled reply, let the environment answer, and decide whether the episode ends."""
-    room = limits.max_total_tokens - len(episode.token_ids)
+    room = max(0, limits.max_total_tokens - len(episode.token_ids))  # run_episodes never samples without room
     tokens, logprobs = completion.token_ids[:room], completion.logprobs[:room]
     episode.extend(tokens, sampled=True, logprobs=logprobs, version=completion.policy_version)
     episode.turns += 1
@@ -366,7 +382,8 @@ def finish(episode: Episode, seconds: float, grader_timeout_s: float | None = No
     return Trajectory(
         task_id=episode.task.id, group_id=episode.group_id, token_ids=episode.token_ids, loss_mask=episode.loss_mask,
         behaviour_logprobs=episode.logprobs, policy_versions=episode.versions, reward=reward, components=components,
-        finish_reason="infra_error" if episode.infra_error else episode.finish_reason, infra_error=episode.infra_error,
+        finish_reason="infra_error" if episode.infra_error and episode.finish_reason != "prompt_too_long" else episode.finish_reason,
+        infra_error=episode.infra_error,
         completion_text=text if not info else f"{text}\n[error]\n{info}", turns=episode.turns, timings={"episode": seconds},
         info=details,
     )

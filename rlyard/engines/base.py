@@ -1,10 +1,27 @@
 """The engine contract: token ids in, sampled token ids + logprobs out, and new weights."""
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from rlyard.types import Completion, SamplingParams
+
+def fold_seed(seed: int | None, *parts: int | str) -> int | None:
+    """The seed of one part of a seeded draw: `seed` with the turn, the episode, the prompt index
+    folded in (None stays None: unseeded).
+
+    The one place every sampler derives its seeds (the agent loop per turn, the openai and vllm
+    engines per prompt, the harness runner per episode, the gateway per session turn): a seed
+    reused across turns would restart each turn's draws from the first turn's, so episodes would
+    not be independent samples of the policy. A hash, not `seed + i`, so that the seeds of
+    neighbouring parts (vLLM gives a request's n samples seed + sample index) never overlap.
+    Below 2**31: every client and server takes it as a seed."""
+    if seed is None or not parts:
+        return seed
+    digest = hashlib.sha256("|".join(str(p) for p in (seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
 
 # Called once per decode step with (output index, token id, logprob) of each live row; returns the
 # output indices to remove from the batch (or None). Optional: an engine may take it as the

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from rlyard.engines.base import fold_seed
 from rlyard.models.lora import is_peft, save_adapter
 from rlyard.types import Completion, SamplingParams
 
@@ -76,11 +77,11 @@ class OpenAIEngine:
     # ------------------------------------------------------------------ the Engine contract
     def generate(self, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> list[list[Completion]]:
         """One request per prompt, all in flight together (the server batches them). Each gets
-        its own seed (seed + index): equal prompts with one seed would sample equal groups."""
+        its own seed (`fold_seed(seed, "prompt", index)`): equal prompts with one seed would sample equal groups."""
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         name, version = self.sampling_name, self.policy_version  # one call samples one version
-        seeds = [None if params.seed is None else (params.seed + i) % 2**63 for i in range(len(prompts))]
+        seeds = [fold_seed(params.seed, "prompt", i) for i in range(len(prompts))]
         futures = [self.pool.submit(self._complete, p, params, n, seed, name, version) for p, seed in zip(prompts, seeds)]
         return [future.result() for future in futures]
 

@@ -14,8 +14,9 @@ What the learner needs from it, and how vLLM is asked for it:
   kept in `token_ids`, finish "stop") or after `max_new_tokens` ("length"). So `ignore_eos=True`
   (vLLM would otherwise also stop at the tokenizer's eos, unasked) and `generation_config="vllm"`
   (no sampling defaults from the model's generation_config.json, e.g. a repetition penalty);
-- one seed per prompt (seed + prompt index, as the openai engine sends): vLLM gives the `n`
-  samples of a request seed + sample index, so equal prompts still sample distinct groups.
+- one seed per prompt (`fold_seed(seed, "prompt", index)`, as the openai engine sends): vLLM
+  gives the `n` samples of a request seed + sample index, so equal prompts still sample
+  distinct groups, and hashed seeds of two prompts do not overlap as seed + index would.
 
 New weights. LoRA (CPU and GPU): the learner's peft adapter is written with `save_adapter` and
 named by a new `LoRARequest` (a new name and id per version); later requests carry it and the
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlyard.config import ConfigError
+from rlyard.engines.base import fold_seed
 from rlyard.models import is_peft, resolve_model_path
 from rlyard.models.lora import save_adapter
 from rlyard.types import Completion, SamplingParams
@@ -188,7 +190,7 @@ class VLLMEngine:
         requests, params = [], []
         for call in batch:
             for i, prompt in enumerate(call.prompts):
-                seed = None if call.params.seed is None else (call.params.seed + i) % 2**63
+                seed = fold_seed(call.params.seed, "prompt", i)
                 requests.append({"prompt_token_ids": prompt})
                 params.append(self._sampling_params(call.params, call.n, seed))
         try:

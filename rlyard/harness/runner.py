@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from rlyard.agent.loop import AgentLimits, run_episodes
-from rlyard.engines.base import Engine
+from rlyard.engines.base import Engine, fold_seed
 from rlyard.envs.base import Environment
 from rlyard.envs.deadline import within
 from rlyard.harness.base import Harness, HarnessEpisode, get_harness
@@ -87,10 +87,9 @@ def session_id(key: str) -> str:
 
 
 def episode_seed(params: SamplingParams, key: str) -> int | None:
-    """Distinct per episode (the harness asks with it on every call): a group's samples must differ."""
-    if params.seed is None:
-        return None
-    return int.from_bytes(hashlib.sha256(f"{params.seed}|{key}".encode()).digest()[:4], "big") >> 1
+    """Distinct per episode (the harness asks with it on every call; the gateway folds each
+    session turn in): a group's samples must differ."""
+    return fold_seed(params.seed, "episode", key)
 
 
 def play_one(gateway: Gateway, tokenizer, harness: Harness, env: Environment, task: Task, group_id: str, key: str,

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
+from rlyard.engines.base import fold_seed
 from rlyard.observe.store import write_atomic
 from rlyard.serve.adapters import Adapters
 from rlyard.serve.scheduler import HOLD_MARKER, Job, Row, Scheduler
@@ -119,8 +120,8 @@ class RlyardServer:
         else:
             plan, prompt = None, self.renderer.prompt(with_system(messages, extra))
         params = self.sampling(request, len(prompt), "messages")
-        if session is not None:
-            params = replace(params, cache_prefix=True)  # more turns follow: the engine may keep this sequence's cache
+        if session is not None:  # more turns follow: the engine may keep this sequence's cache
+            params = replace(params, cache_prefix=True, seed=session_turn_seed(session, params.seed))
         job = self._job(loop, prompt, request, params, HOLD_MARKER if tools else "")
         self.scheduler.submit(job)
         return Pending("chat", request, job, plan, session, tools)
@@ -140,6 +141,8 @@ class RlyardServer:
         if not ids:
             raise ApiError(400, "the prompt has no tokens", "prompt")
         params = self.sampling(request, len(ids), "prompt")
+        if session is not None:
+            params = replace(params, seed=session_turn_seed(session, params.seed))
         job = self._job(loop, ids, request, params)
         self.scheduler.submit(job)
         echo = (prompt if isinstance(prompt, str) else self.tokenizer.decode(prompt)) if request.echo else ""
@@ -243,6 +246,11 @@ class RlyardServer:
         if options is not None and options.include_usage:
             chunks.append({**self._chunk(pending, {}), "choices": [], "usage": body["usage"]})
         return chunks
+
+
+def session_turn_seed(session: Session, seed: int | None) -> int | None:
+    """A harness sends its one seed on every call: each turn of the session samples its own draws."""
+    return fold_seed(seed, "session-turn", sum(segment.turns for segment in session.segments))
 
 
 def model_context_window(engine) -> int | None:
