@@ -140,6 +140,8 @@ def _hermes_call(body: str, id_: str, label: str, specs: dict[str, dict] | None)
                       f"(char {e.pos}, near {near!r}). Expected:\n{HERMES_SHAPE}")
     except RecursionError:
         return None, f"{label}: the JSON is nested too deeply. Expected:\n{HERMES_SHAPE}"
+    except ValueError as e:  # an integer past Python's digit limit (4300): not a JSON error, still the reply's
+        return None, f"{label}: the JSON cannot be read ({e}). Expected:\n{HERMES_SHAPE}"
     if not isinstance(obj, dict):
         return None, f"{label}: expected a JSON object, got {_json_type(obj)}. Expected:\n{HERMES_SHAPE}"
     return _checked_call(obj, obj.get("arguments", {}), "arguments", id_, label, specs, HERMES_SHAPE)
@@ -156,7 +158,7 @@ def _checked_call(obj: dict, args: Any, key: str, id_: str, label: str, specs: d
     if isinstance(args, str):  # some templates emit arguments as a JSON-encoded string
         try:
             args = json.loads(args) if args.strip() else {}
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, or an integer past the digit limit
             return None, (f'{label}: "{key}" is a string that is not valid JSON ({e}); '
                           f"give an object instead. Expected:\n{shape}")
     if not isinstance(args, dict):
@@ -207,6 +209,11 @@ def _parse_llama3(reply: str, specs: dict[str, dict] | None) -> ParseResult:
             break
         except RecursionError:
             errors.append(f"{label}: the JSON is nested too deeply. Expected:\n{LLAMA3_SHAPE}")
+            prose.append(text[pos:start])
+            pos = len(text)
+            break
+        except ValueError as e:  # an integer past Python's digit limit
+            errors.append(f"{label}: the JSON cannot be read ({e}). Expected:\n{LLAMA3_SHAPE}")
             prose.append(text[pos:start])
             pos = len(text)
             break

@@ -2,7 +2,9 @@
 
 Every tool runs inside the episode's sandbox, in its workspace: file tools are small Python
 programs fed their arguments as JSON on stdin, so no path is ever opened by the host process
-on the model's behalf. A tool never raises on the model's input: errors come back as text.
+on the model's behalf. A tool never raises on the model's input: errors come back as text
+(a command no process can be given - a NUL byte, text that is no UTF-8, over the kernel's
+length of one argument - is refused here, before the sandbox would report it as its own failure).
 """
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ import json
 from dataclasses import dataclass
 
 from rlyard.sandbox import Sandbox
+
+# Linux refuses one argument over 128 KiB (MAX_ARG_STRLEN) with E2BIG, which the sandbox would
+# report as a sandbox that cannot start (infra): longer commands are the policy's to split.
+MAX_COMMAND_BYTES = 100_000
 
 SPECS: dict[str, dict] = {
     "bash": {"description": "Run a shell command in the workspace and return its output.",
@@ -82,6 +88,22 @@ elif tool == "glob":
 '''
 
 
+def command_problem(command: object) -> str | None:
+    """Why `command` cannot be run as a shell command (said to the policy), or None."""
+    if not isinstance(command, str):
+        return f"the command must be a string, got {type(command).__name__}"
+    if "\x00" in command:
+        return "the command contains a NUL byte, which no command line can hold"
+    try:
+        size = len(command.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return "the command is not valid UTF-8 text (it holds a lone surrogate)"
+    if size > MAX_COMMAND_BYTES:
+        return (f"the command is {size} bytes, over the limit of {MAX_COMMAND_BYTES}; write a script with "
+                "write_file (or in several commands) and run it")
+    return None
+
+
 @dataclass
 class ToolOutput:
     content: str  # what the model sees
@@ -105,11 +127,19 @@ class ToolBox:
             return ToolOutput(f"error: no tool named {name!r}; available: {', '.join(self.names)}", error=True)
         if name == "submit":
             return ToolOutput("submitted", submitted=str(arguments.get("answer", "")))
+        if not isinstance(arguments, dict):
+            return ToolOutput(f"error: the arguments of {name} must be an object, got {type(arguments).__name__}", error=True)
         if name == "bash":
-            result = self.sandbox.run(str(arguments.get("command", "")), timeout_s=self.timeout_s)
+            command = arguments.get("command", "")
+            if problem := command_problem(command):
+                return ToolOutput(f"error: {problem}", error=True)
+            result = self.sandbox.run(command, timeout_s=self.timeout_s)
         else:
-            result = self.sandbox.run(["python3", "-I", "-c", _FILE_TOOL], timeout_s=self.timeout_s,
-                                      stdin=json.dumps({"tool": name, **arguments}))
+            try:
+                stdin = json.dumps({"tool": name, **arguments})
+            except (RecursionError, TypeError, ValueError) as error:
+                return ToolOutput(f"error: the arguments of {name} cannot be read ({type(error).__name__})", error=True)
+            result = self.sandbox.run(["python3", "-I", "-c", _FILE_TOOL], timeout_s=self.timeout_s, stdin=stdin)
         text = result.text
         if result.timed_out:
             text += f"\n[timed out after {self.timeout_s:.0f} s]"

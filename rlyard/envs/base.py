@@ -4,14 +4,16 @@ An environment never sees sampling, advantages or batching; it turns a `Task` in
 reacts to the policy's replies and finally scores the episode. Single-turn families end after
 the first reply; multi-turn families keep returning tool messages until `done`.
 
-This module imports only `rlyard.types`, so the agent loop, the registry and every family can
-import it without a circle; the tool-using step is in `rlyard.envs.tool_env`.
+This module imports only `rlyard.types` and `rlyard.envs.outcomes` (the line between the policy's
+failures and the platform's), so the agent loop, the registry and every family can import it
+without a circle; the tool-using step is in `rlyard.envs.tool_env`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from rlyard.envs.outcomes import policy_line
 from rlyard.types import Message, Reward, Task, Trajectory
 
 
@@ -51,6 +53,7 @@ class SingleTurnEnv:
         self._reply = reply
         return StepResult(done=True)
 
+    @policy_line  # a reply the verifier cannot take scores 0 with the reason, never infra
     def score(self) -> Reward:
         if self._task is None:
             raise RuntimeError("score() called before reset()")

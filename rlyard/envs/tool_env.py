@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
 from rlyard.envs.base import StepResult
+from rlyard.envs.outcomes import policy_line, tool_error
 from rlyard.types import Task
 
 
@@ -28,6 +29,10 @@ class ToolEnv:
     `tool_prompt(specs)` writes the tool instructions in that format, or leaves them to the chat
     template (task.metadata["template_tools"]): they are then in `template_tools`, which the loop
     gives the template.
+
+    Every subclass's `score` is wrapped by `rlyard.envs.outcomes.policy_line`, and every tool call
+    by the same rule: what the policy wrote never raises out of a tool (it gets `error: ...`) or
+    out of a grader (0 with the reason); only the platform's faults do (infra).
     """
 
     family_format: str = "hermes"  # what the family's task asks for (subclasses assign `format`)
@@ -39,6 +44,11 @@ class ToolEnv:
     calls = malformed = 0
     workspace = None  # a Path the episode owns; removed by close()
     task = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "score" in cls.__dict__:  # each family's grader, wherever it is defined, behind the one line
+            cls.score = policy_line(cls.__dict__["score"])
 
     @property
     def format(self) -> str:
@@ -69,7 +79,13 @@ class ToolEnv:
             self.workspace = None
 
     def step(self, reply: str) -> StepResult:
-        parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
+        try:
+            parsed = parse_tool_calls(reply, self.format, self.toolbox.specs())
+        except Exception as error:  # the parser answers in words; this is its net, by the one rule
+            if (message := tool_error(error)) is None:
+                raise
+            self.malformed += 1
+            return StepResult(messages=[{"role": "tool", "content": message}], done=False)
         if not parsed.calls and not parsed.errors:
             return StepResult(done=True, reason="no_tool_call")
         self.malformed += len(parsed.errors)
@@ -80,8 +96,12 @@ class ToolEnv:
             if call.name == "submit" or SUBMIT_COMMAND.match(command):
                 self.submitted = str(call.arguments.get("answer", command[len("submit"):].strip()))
                 return StepResult(done=True, reason="submitted")
-            refusal = self.guard.check(call.name, call.arguments) if self.guard else None
-            content = refusal or self.toolbox.call(call.name, call.arguments).content
+            try:
+                refusal = self.guard.check(call.name, call.arguments) if self.guard else None
+                content = refusal or self.toolbox.call(call.name, call.arguments).content
+            except Exception as error:  # the policy's arguments: an error message; the platform's fault: raised
+                if (content := tool_error(error)) is None:
+                    raise
             outputs.append(f"[{call.name}]\n{content}")
         return StepResult(messages=[{"role": "tool", "content": "\n\n".join(outputs)}], done=False)
 

@@ -14,7 +14,7 @@ import hashlib
 from pathlib import Path
 
 from rlyard.agent.guard import Guard
-from rlyard.agent.tools import ToolBox
+from rlyard.agent.tools import ToolBox, command_problem
 from rlyard.envs.tool_env import ToolEnv
 from rlyard.envs.code.repo import copy_workdir, export_commit, init_single_commit, write_files
 from rlyard.envs.code.verify import grade
@@ -98,6 +98,8 @@ class CodeEnv(ToolEnv):
         """A harness's exec function: the command in this episode's sandbox, behind the same guard
         as the bash tool (a refused command does not run), counted as a tool call."""
         self.calls += 1
+        if problem := command_problem(command):  # a NUL byte would make the sandbox raise: infra for the policy's text
+            return ExecResult(f"error: {problem}", 1)
         refusal = self.guard.check("bash", {"command": command}) if self.guard else None
         if refusal:
             return ExecResult(refusal, 1)
