@@ -5,8 +5,9 @@ script must parse under `node --check`: inline `<script>` blocks and the .js fil
 A script passes if it parses as a classic script or as a module (node decides which by the
 extension), since a page may load it either way; the browser's own parse errors of a script
 loaded the other way surface as page errors. In the browser (render.py): an uncaught page
-error, a request outside the site, a page that does not settle in time, a page that
-navigates away or crashes while measured.
+error, a request outside the site, a page that does not settle in time, a page that passes
+the browser's memory or process limit (browser.py), a page that navigates away or crashes
+while measured.
 """
 from __future__ import annotations
 
@@ -116,6 +117,8 @@ def missing_index(dist: Path) -> bool:
 
 def runtime_failure(rendered: Rendered) -> tuple[str, str]:
     """(component name, reason) of the first runtime failure of a rendered page; ("", "") if none."""
+    if rendered.over_limit:
+        return "over_limit", rendered.over_limit
     if rendered.hung:
         return "hung", f"the page did not settle within the time limit ({rendered.hung})"
     if rendered.broken:

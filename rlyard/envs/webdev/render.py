@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from rlyard.envs.webdev.browser import BrowserBox, sandbox_usable, sandbox_failed
+
 HOST = "site.local"
 ORIGIN = f"http://{HOST}"
 DESKTOP = {"width": 1440, "height": 900}
@@ -34,7 +36,7 @@ MAX_FILE_BYTES = 5 << 20  # a bigger file in dist/ is served as 404
 MAX_SHOT_HEIGHT = 6000  # px of a full-page screenshot kept (an endless page is cut)
 SETTLE_MS = 150  # after `load`: late layout, web fonts, a first timer
 ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
+    "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
     "--font-render-hinting=none", "--force-color-profile=srgb", "--disable-extensions", "--no-first-run",
     "--disable-background-networking", "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
@@ -63,6 +65,7 @@ class Rendered:
     blocked: list[str] = field(default_factory=list)  # requests aborted: anything not under http://site.local/
     missing: list[str] = field(default_factory=list)  # site paths answered 404 (absent, outside dist/, too big)
     hung: str = ""  # the viewport whose load or measure timed out ("" if none)
+    over_limit: str = ""  # the browser box's memory or process limit was passed (browser.py): why
     broken: str = ""  # the page navigated away or crashed while measured ("" if none)
 
 
@@ -90,10 +93,12 @@ class Renderer:
     def __init__(self, timeout_s: float = 10.0):
         self.timeout_s = timeout_s
         self._playwright = self._browser = None
+        self.box: BrowserBox | None = None
         self.launches = 0
 
     def browser(self):
         if self._browser is None or not self._browser.is_connected():
+            self.restart()
             executable = chromium_path()
             try:
                 from playwright.sync_api import sync_playwright
@@ -102,21 +107,39 @@ class Renderer:
             try:
                 if self._playwright is None:
                     self._playwright = sync_playwright().start()
-                self._browser = self._playwright.chromium.launch(executable_path=executable, args=ARGS)
+                self._browser = self._launch(executable)
             except Exception as error:
                 self.close()
                 raise RendererUnavailable(f"Chromium ({executable}) did not start: {error}") from error
             self.launches += 1
         return self._browser
 
+    def _launch(self, executable: str):
+        """Chromium in a fresh box, with its own sandbox on unless that already failed here once."""
+        for own_sandbox in ((True, False) if sandbox_usable() else (False,)):
+            self.box = BrowserBox(executable)
+            try:
+                return self._playwright.chromium.launch(executable_path=self.box.executable, args=ARGS,
+                                                        chromium_sandbox=own_sandbox)
+            except Exception as error:
+                self.box.close()
+                self.box = None
+                if not own_sandbox:
+                    raise
+                sandbox_failed(str(error))
+        raise AssertionError("unreachable")
+
     def restart(self) -> None:
-        """Drop this browser (a hung or crashed one); the next page starts a fresh one."""
+        """Drop this browser (a hung, crashed or over-limit one) and its box; the next page starts a fresh one."""
         browser, self._browser = self._browser, None
+        box, self.box = self.box, None
         if browser is not None:
             try:
                 browser.close()
             except Exception:
                 pass
+        if box is not None:
+            box.close()
 
     def close(self) -> None:
         self.restart()
@@ -137,25 +160,31 @@ class Renderer:
         for name, viewport in (("desktop", DESKTOP), ("mobile", MOBILE)):
             if name == "mobile" and not probes.get("mobile"):
                 continue
-            context = None
+            context = box = None
             try:
-                context = self.browser().new_context(viewport=viewport, reduced_motion="reduce", service_workers="block",
-                                                     accept_downloads=False, java_script_enabled=True)
+                browser = self.browser()
+                box = self.box
+                context = browser.new_context(viewport=viewport, reduced_motion="reduce", service_workers="block",
+                                              accept_downloads=False, java_script_enabled=True)
                 self._visit(context, dist, viewport, name, probes.get(name, []), measure_js, out)
             except PlaywrightTimeout:
                 out.hung = out.hung or name
             except PlaywrightError as error:
-                if not self._browser or not self._browser.is_connected():
+                out.over_limit = box.reason or box.over_limit() if box is not None else ""
+                if not out.over_limit and (not self._browser or not self._browser.is_connected()):
                     self.restart()
                     raise RendererUnavailable(f"Chromium died while rendering: {error}") from error
-                out.broken = f"{name}: {str(error).splitlines()[0][:300]}"
+                out.broken = "" if out.over_limit else f"{name}: {str(error).splitlines()[0][:300]}"
             finally:
-                if context is not None:
+                out.over_limit = out.over_limit or (box.reason or box.over_limit() if box is not None else "")
+                if context is not None and not out.over_limit:
                     try:
                         context.close()
                     except Exception:
                         self.restart()
-            if out.hung or out.broken:
+            if out.hung or out.over_limit:
+                self.restart()  # a page that spun or passed a limit: its worker gets a fresh browser
+            if out.hung or out.broken or out.over_limit:
                 break
         return out
 

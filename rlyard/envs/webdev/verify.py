@@ -5,7 +5,7 @@ deduction (fit >= 0.9 -> 0, >= 0.6 -> 0.2, >= 0.4 -> 0.4, >= 0.2 -> 0.8) is kept
 component for the group judge (judge.py), which alone uses it: alone, the five bands would
 give GRPO five reward levels where fit gives one per check met. A page the gate stops scores
 0 with the reason as a component (`missing_index`, `syntax_error`, `page_error`,
-`blocked_request`, `hung`, `broken`) and in info["reason"].
+`blocked_request`, `hung`, `over_limit`, `broken`) and in info["reason"].
 
 A grader that cannot run (no Chromium, no node, a browser that died) returns infra_error.
 """
