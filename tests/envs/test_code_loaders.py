@@ -410,9 +410,9 @@ def test_dependencies_come_from_the_row_else_the_repository_metadata():
         "requirements-docs.txt": "sphinx\n",
     }
     deps, where = venvs.repo_requirements(files.get, sorted(files))
-    assert deps == ["attrs>=20", "hypothesis", "six", "mock", "toml", "tomli", "requests==2.0 ; python_version > '3'", "tomli"]
-    # setup.py is read with ast, never run: its install_requires is no literal, its test extra is
-    assert where == "pyproject.toml, setup.cfg, setup.py (literal install_requires), requirements-extra.txt, requirements.txt"
+    assert deps == ["attrs>=20", "hypothesis", "six", "mock", "idna", "toml", "tomli", "requests==2.0 ; python_version > '3'", "tomli"]
+    # setup.py is read with ast, never run: `['idna'] + []` and its test extra are followed
+    assert where == "pyproject.toml, setup.cfg, setup.py, requirements-extra.txt, requirements.txt"
     assert venvs.setup_py_requirements("setup(install_requires=['idna'], extras_require={'test': ['toml']})") == ["idna", "toml"]
     assert venvs.row_requirements({"install": "pip install -e . && python -m pip install numpy==1.26 -r requirements.txt"}, files.get) == \
         (["numpy==1.26", "requests==2.0 ; python_version > '3'", "tomli"], "field 'install'")

@@ -43,7 +43,17 @@ class SourceError(ValueError):
 
 
 class RowError(SourceError):
-    pass
+    """A row the loader refuses: its own fields are malformed (the file is wrong)."""
+
+
+class RowLoadError(RowError):
+    """A well-formed row that cannot be loaded here: its mirror or commit is missing, a patch
+    does not apply, its environment cannot be built. `load_records(problems=[...])` reports it
+    and goes on with the other rows."""
+
+    def __init__(self, message: str, instance_id: str = ""):
+        super().__init__(message)
+        self.instance_id = instance_id  # the row's id (or "row N"), for reports that go on
 
 
 def one_line(text: str) -> str:
@@ -108,10 +118,12 @@ def read_rows(path: str | Path, dataset_split: str | None = None) -> list[dict[s
     return rows
 
 
-def load_records(source: str | Path, mirrors: str | Path | None = None, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Task payloads for every row of `source`; the first bad row raises a one-line RowError
-    naming the file, the row and the field. `options`: the family options (dataset_split,
-    wheels, build_venvs are read here)."""
+def load_records(source: str | Path, mirrors: str | Path | None = None, options: dict[str, Any] | None = None,
+                 problems: list[RowLoadError] | None = None) -> list[dict[str, Any]]:
+    """Task payloads for every row of `source`. A malformed row raises a one-line RowError
+    naming the file, the row and the field. A row that cannot load (RowLoadError) raises too,
+    unless `problems` is a list: then it is appended there and the other rows still load.
+    `options`: the family options (dataset_split, wheels, build_venvs are read here)."""
     options = options or {}
     source = Path(source)
     root = Path(mirrors) if mirrors else (source if source.is_dir() else source.parent)
@@ -130,7 +142,13 @@ def load_records(source: str | Path, mirrors: str | Path | None = None, options:
                                f"nor a recipe record ({', '.join(RECIPE_FIELDS)}); fields: {sorted(row)}")
         except (RepoError, ValueError) as e:
             message = one_line(e)
-            raise RowError(message if message.startswith(where) else f"{where}: {message}") from e
+            message = message if message.startswith(where) else f"{where}: {message}"
+            if isinstance(e, RowError) and not isinstance(e, RowLoadError):
+                raise RowError(message) from e
+            error = RowLoadError(message, str(row.get("instance_id") or f"row {number}"))
+            if problems is None:
+                raise error from e
+            problems.append(error)
     return records
 
 
@@ -214,15 +232,26 @@ def git_style(patch: str, field: str, where: str) -> None:
                        "as `git diff` writes them)")
 
 
+def is_git_dir(path: Path) -> bool:
+    """A bare mirror (HEAD + objects/) or a clone with a work tree (.git)."""
+    return ((path / "HEAD").is_file() and (path / "objects").is_dir()) or (path / ".git").exists()
+
+
 def find_mirror(root: Path, repo: str, where: str) -> Path:
+    """The mirror of `owner/name` under `root`: `<owner>__<name>`, `<owner>/<name>` or `<name>`,
+    each with or without `.git`. A candidate counts only when it is a git repository, so an
+    owner folder (`astropy/` holding `astropy.git`) is never taken for the mirror."""
     owner, _, name = repo.rpartition("/")
-    candidates = [root / f"{owner}__{name}", root / owner / name, root / name]
-    candidates += [c.with_name(c.name + ".git") for c in candidates]
+    bases = [root / f"{owner}__{name}", root / owner / name, root / name]
+    candidates = [c for base in bases for c in (base, base.with_name(base.name + ".git"))]
     for candidate in candidates:
-        if candidate.is_dir():
+        if candidate.is_dir() and is_git_dir(candidate):
             return candidate
-    raise RowError(f"{where}: no local mirror of {repo!r}; tried {', '.join(str(c) for c in candidates[:3])} (+ .git); "
-                   f"make one with: git clone --mirror https://github.com/{repo} {root / (owner + '__' + name)}")
+    folders = [str(c) for c in candidates if c.is_dir()]
+    found = f"; {', '.join(folders)} {'is a folder' if len(folders) == 1 else 'are folders'} but not a git repository" if folders else ""
+    raise RowLoadError(f"{where}: no local mirror of {repo!r}; tried {', '.join(str(c) for c in bases)} "
+                       f"(+ .git){found}; make one with: git clone --mirror https://github.com/{repo} "
+                       f"{root / (owner + '__' + name)}")
 
 
 def base_versions(paths: list[str], read) -> dict[str, str | None]:
@@ -250,7 +279,8 @@ def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] |
     try:
         git("cat-file", "-e", f"{commit}^{{commit}}", cwd=mirror)
     except RepoError as e:
-        raise RowError(f"{where}: field 'base_commit': {commit} is not a commit of {mirror} ({one_line(e)})") from e
+        raise RowLoadError(f"{where}: field 'base_commit': {commit} is not a commit of the mirror {mirror} of {row['repo']!r} "
+                           f"({one_line(e)})") from e
 
     def read(path: str) -> str | None:
         try:
@@ -261,7 +291,7 @@ def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] |
     try:
         apply_patch(base_versions(touched_paths(row["patch"]), read), row["patch"])
     except PatchError as e:
-        raise RowError(f"{where}: field 'patch' does not apply at the base commit: {one_line(e)}") from e
+        raise RowLoadError(f"{where}: field 'patch' does not apply at the base commit: {one_line(e)}") from e
     test_patch = row["test_patch"] + _runner_patch()
     hidden = touched_paths(test_patch)
     expected = list(dict.fromkeys(fail + keep))
@@ -272,19 +302,23 @@ def swebench_record(row: dict, where: str, root: Path, options: dict[str, Any] |
     try:
         graded = apply_patch({p: base[p] for p in hidden}, test_patch)
     except PatchError as e:
-        raise RowError(f"{where}: field 'test_patch' does not apply at the base commit: {one_line(e)}") from e
+        raise RowLoadError(f"{where}: field 'test_patch' does not apply at the base commit: {one_line(e)}") from e
     absent = [f for f in files if (graded.get(f) if f in graded else base.get(f)) is None]
     if absent:
-        raise RowError(f"{where}: test file(s) {', '.join(absent)} of FAIL_TO_PASS / PASS_TO_PASS are neither at the base "
+        raise RowLoadError(f"{where}: test file(s) {', '.join(absent)} of FAIL_TO_PASS / PASS_TO_PASS are neither at the base "
                        "commit nor added by the test patch")
-    python, binds = "python3", []
+    python, binds, generated = "python3", [], {}
     if options.get("build_venvs", True):
-        names = sorted({path.split("/")[0] for path in listing})  # the root's files and folders
-        spec = venvs.row_requirements(row, read) or venvs.repo_requirements(read, names)
-        if spec[0]:
-            folder = venvs.ensure_venv(row["repo"].replace("/", "__"), spec[0], options.get("wheels"))
-            python, binds = str(folder / "bin" / "python"), [str(folder)]
-    record = payload(instance_id=str(row["instance_id"]), repo=row["repo"], source={"mirror": str(mirror), "base_commit": commit},
+        try:
+            plan = venvs.plan(row, read, listing)
+            if plan.requirements or plan.install_repo:
+                folder = venvs.ensure_venv(row["repo"].replace("/", "__"), plan.requirements, options.get("wheels"),
+                                           project=(mirror, commit) if plan.install_repo else None)
+                python, binds, generated = str(folder / "bin" / "python"), [str(folder)], venvs.generated_files(folder)
+        except venvs.VenvError as e:
+            raise RowLoadError(f"{where}: its environment cannot be built: {one_line(e)}") from e
+    record = payload(instance_id=str(row["instance_id"]), repo=row["repo"], source={"mirror": str(mirror), "base_commit": commit,
+                                                                     **({"generated": generated} if generated else {})},
                      problem_statement=row["problem_statement"], test_patch=test_patch, patch=row["patch"],
                      test_command=runner_command(expected, python=python), timeout_s=timeout_s, base_files=base,
                      difficulty=difficulty, extra_reset=[f for f in files + guarded if f not in hidden], expected_tests=expected,
@@ -299,7 +333,7 @@ def recipe_record(row: dict, where: str, root: Path) -> dict[str, Any]:
     workdir = Path(row["workdir"])
     workdir = workdir if workdir.is_absolute() else root / workdir
     if not workdir.is_dir():
-        raise RowError(f"{where}: field 'workdir': {workdir} is not a directory")
+        raise RowLoadError(f"{where}: field 'workdir': {workdir} is not a directory")
     timeout = timeout_of(row, where)
     difficulty, difficulty_raw = difficulty_of(row, where)
     git_style(row["test_patch"], "test_patch", where)
@@ -307,7 +341,7 @@ def recipe_record(row: dict, where: str, root: Path) -> dict[str, Any]:
         base_commit = row.get("base_commit") or git("rev-parse", "HEAD", cwd=workdir).decode().strip()
         later = commits_past(workdir, base_commit)
         if later:
-            raise RowError(f"{where}: field 'workdir': {workdir} has history past the base commit "
+            raise RowLoadError(f"{where}: field 'workdir': {workdir} has history past the base commit "
                            f"({len(later)} later commit(s)); the fix would be readable with git log")
     base = base_versions(touched_paths(row["test_patch"]), lambda p: (workdir / p).read_text())
     record = payload(instance_id=str(row["instance_id"]), repo=str(row.get("repo") or workdir.name),

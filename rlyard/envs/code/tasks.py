@@ -11,6 +11,7 @@ fix is its reverse.
 """
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,14 @@ from typing import Any
 import yaml
 
 from rlyard.envs.code.collect import collect_node_ids
-from rlyard.envs.code.loaders import check_split, load_records
+from rlyard.envs.code.loaders import RowLoadError, SourceError, check_split, load_records
 from rlyard.envs.code.payload import RUNNER, RUNNER_PATH, payload, runner_command, split_of, trusted_test_paths
 from rlyard.envs.code.repo import PatchError, apply_patch, make_patch, touched_paths
 from rlyard.envs.splits import merge_options
 from rlyard.sandbox import require_sealed
 from rlyard.types import Task
 
+log = logging.getLogger(__name__)
 BUILTIN = Path(__file__).with_name("builtin")
 ARMS = {"bash": ["bash", "submit"], "edit": ["read_file", "write_file", "edit_file", "grep", "glob", "submit"]}
 DEFAULTS: dict[str, Any] = {
@@ -101,13 +103,26 @@ def read_bug(path: Path, clean: dict[str, str], repo: str) -> dict[str, str]:
 
 
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
+    """The tasks of `split`; a user's row that cannot load is logged (one line naming the row
+    and why) and left out, and the others load (`load_tasks` hands those rows back instead)."""
+    problems: list[RowLoadError] = []
+    tasks = load_tasks(split, n, seed, problems, **options)
+    for problem in problems:
+        log.warning("rlyard: skipped: %s", problem)
+    return tasks
+
+
+def load_tasks(split: str, n: int, seed: int, problems: list[RowLoadError], **options: Any) -> list[Task]:
+    """make_tasks, with the rows of a user's source that cannot load appended to `problems`."""
     opts = merge_options("code", split, n, options, DEFAULTS)
     check_options(opts)
     require_sealed(bool(opts["allow_weak_isolation"]), "the code family (its tasks hold hidden tests and reference fixes)")
     if opts["source"] is None:
         records = builtin_records()
     else:
-        records = load_records(opts["source"], opts["mirrors"], opts)
+        records = load_records(opts["source"], opts["mirrors"], opts, problems)
+        if problems and not records:
+            raise SourceError(f"{opts['source']}: no row could be loaded ({len(problems)} refused); the first: {problems[0]}")
     chosen = [r for r in records if split_of(r["instance_id"], int(opts["eval_percent"])) == split
               and opts["difficulty"] in (None, r["difficulty"])]
     if opts["source"] is not None and n > 0:

@@ -1,5 +1,8 @@
 """Prove every task sound: its tests fail at the base commit and pass with the reference fix.
 
+A user's row that cannot load (its mirror, a patch, its environment) is reported as a failed
+check with the reason, and the other rows are still checked.
+
 Every check goes through the environment and grader that training uses, in the sandbox: a
 workspace at the base commit is graded as it is (expect 0); then an "oracle" agent plays the
 reference fix through the environment's own tools, once per harness arm (`git apply` through
@@ -14,7 +17,8 @@ from typing import Any, Callable
 
 from rlyard.envs.code.env import CodeEnv
 from rlyard.envs.code.repo import apply_patch, touched_paths
-from rlyard.envs.code.tasks import make_tasks
+from rlyard.envs.code.loaders import RowLoadError
+from rlyard.envs.code.tasks import load_tasks
 from rlyard.envs.checks import check_tasks
 from rlyard.types import Reward, Task
 
@@ -97,5 +101,18 @@ def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None =
              progress: Callable[[Check], None] | None = None) -> list[Check]:
     """Check every task of both splits (or only `task_ids`), `jobs` at a time."""
     options = {**(options or {}), "eval_percent": 100}
-    tasks = make_tasks("eval", 10**9, 0, **options)
-    return check_tasks(tasks, task_ids, check_task, jobs, progress)
+    problems: list[RowLoadError] = []
+    tasks = load_tasks("eval", 10**9, 0, problems, **options)
+    refused = [Check(p.instance_id, None, None, f"the row cannot load: {p}") for p in problems
+               if not task_ids or p.instance_id in task_ids]
+    for check in refused:
+        if progress:
+            progress(check)
+    known = {t.id for t in tasks} | {p.instance_id for p in problems}
+    unknown = sorted(set(task_ids or ()) - known)
+    if unknown:
+        raise ValueError(f"unknown task id(s) {unknown}")
+    asked = [i for i in task_ids or () if i in {t.id for t in tasks}]
+    if task_ids and not asked:
+        return refused
+    return refused + check_tasks(tasks, asked or None, check_task, jobs, progress)
