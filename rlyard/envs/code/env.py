@@ -51,6 +51,7 @@ def build_workspace(source: dict, dest: Path) -> None:
         init_single_commit(dest)
     elif "mirror" in source:
         export_commit(Path(source["mirror"]), source["base_commit"], dest)
+        write_files(dest, source.get("generated", {}))  # what installing the repository writes (a version module)
         init_single_commit(dest)
     else:
         copy_workdir(Path(source["workdir"]), dest, source.get("base_commit"))
