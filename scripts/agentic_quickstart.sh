@@ -9,6 +9,7 @@
 # and the table to $OUT/summary.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/env.sh; export PATH="$RLYARD_ENV/bin:$PATH"  # the environment setup.sh installed into
 OUT=${OUT:-runs/agentic_quickstart-$(date +%Y%m%d-%H%M%S)}
 DEMOS=${DEMOS:-64}
 RL_SEEDS=${RL_SEEDS:-0}

@@ -5,6 +5,7 @@
 #   SOURCE=swe.jsonl MIRRORS=./mirrors scripts/code/train.sh  # your own SWE-bench rows
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/env.sh; export PATH="$RLYARD_ENV/bin:$PATH"  # the environment setup.sh installed into
 extra=()
 if [ -n "${SOURCE:-}" ]; then
   extra+=("env.options.source=$SOURCE")

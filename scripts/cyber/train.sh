@@ -6,6 +6,7 @@
 #   SOURCE=arvo_rows.jsonl scripts/cyber/train.sh             # your own targets (docs/cyber.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/env.sh; export PATH="$RLYARD_ENV/bin:$PATH"  # the environment setup.sh installed into
 extra=() opts=()
 if [ -n "${SOURCE:-}" ]; then
   extra+=("env.options.source=$SOURCE")

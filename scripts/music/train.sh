@@ -7,6 +7,7 @@
 #   SOURCE=my_prompts.jsonl scripts/music/train.sh            # your own prompts (docs/music.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/env.sh; export PATH="$RLYARD_ENV/bin:$PATH"  # the environment setup.sh installed into
 extra=() opts=()
 if [ -n "${SOURCE:-}" ]; then
   extra+=("env.options.source=$SOURCE")

@@ -7,6 +7,7 @@
 #   JUDGE_URL=http://localhost:8000/v1 JUDGE_MODEL=Qwen/Qwen2.5-VL-7B-Instruct scripts/webdev/train.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/env.sh; export PATH="$RLYARD_ENV/bin:$PATH"  # the environment setup.sh installed into
 run_dir="${RUN_DIR:-runs/webdev-$(date +%Y%m%d-%H%M%S)}"
 extra=("output.run_dir=$run_dir")
 if [ -n "${JUDGE_URL:-}" ]; then
