@@ -1,10 +1,11 @@
-"""Parse an AddressSanitizer / UndefinedBehaviorSanitizer report out of a target's stderr.
+"""Parse an AddressSanitizer / UndefinedBehaviorSanitizer report out of the text a sanitizer wrote.
 
 The cyber family rewards a proof of concept only when the sanitizer reports exactly the
-expected crash: sanitizer, error type and crash function. This module turns the raw stderr of
-one run into a :class:`Report` (or ``None`` when there is no sanitizer report at all) and holds
-the fixed build and run settings that every target is built and graded with, so that the grader,
-``validate`` and the tests all use the same ones.
+expected crash: sanitizer, error type and crash function. This module turns the report text of
+one run (at grading, the sanitizers' own log file; in tests and by hand, stderr) into a
+:class:`Report` (or ``None`` when there is no sanitizer report at all) and holds the fixed build
+and run settings that every target is built and graded with, so that the grader, ``validate``
+and the tests all use the same ones.
 
 Where each field comes from, and why:
 
@@ -23,8 +24,9 @@ Where each field comes from, and why:
 * UBSan without a stack trace: the ``src/a.c:12:5: runtime error:`` line gives file and line
   (no function).
 
-Only the stderr passed in is read: a target (or a wrapper) that prints a fake report on stdout
-is not a crash. ANSI colour codes are removed first, and truncated output gives what it can.
+Only the text passed in is read: the grader passes the sanitizers' log file, never the
+program's stdout or stderr, where an input-echoing program could print a report that counts.
+ANSI colour codes are removed first, and truncated output gives what it can.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ from dataclasses import dataclass
 CC = "gcc"
 """The compiler targets are built with (``CC`` for ``build.sh``)."""
 
-CFLAGS = "-g -O0 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+CFLAGS = ("-g -O0 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
+          " -static-libasan -static-libubsan")
 """Flags for ``build.sh``: debug info and frame pointers for exact stacks, no optimisation (so a
-bug is not folded away or inlined into another function), ASan and UBSan together, and every
-UBSan check fatal (otherwise UBSan prints and carries on, and the exit status stays 0)."""
+bug is not folded away or inlined into another function), ASan and UBSan together, every UBSan
+check fatal (otherwise UBSan prints and carries on, and the exit status stays 0), and both
+runtimes linked statically. gcc links two runtimes, each with its own copy of sanitizer_common;
+with both shared, the one that loses the symbol interposition writes its report to stderr and
+only its SUMMARY line to its ``log_path`` (UBSan, when both are shared; ASan, with only UBSan
+static). Linked statically, each writes its whole report to its own ``log_path`` file, which is
+where the grader reads it (measured with gcc 12.2: docs/cyber.md)."""
 
 ASAN_OPTIONS = (
     "detect_leaks=0:halt_on_error=1:abort_on_error=0:symbolize=1:allocator_may_return_null=1"

@@ -6,9 +6,12 @@ a hash of the tree); each grading copies that build into a new folder with the P
 runs `binary poc` there with fixed sanitizer options. A crash is a run that exits with the
 sanitizers' own exit code (set here, so that a program's ordinary error exit is never taken for
 one), did not time out, and left a sanitizer report; the report's sanitizer, error type and
-first project frame must be the expected ones for reward 1. The sanitizers write the report to
-a file in a folder of a random name (`log_path`), never read from the program's stderr: a
-program that echoes its input there cannot be made to print a report that counts.
+first project frame must be the expected ones for reward 1. The sanitizers write their whole
+report (both runtimes are linked statically for that: report.py's CFLAGS) to a file of a random
+name in a folder of a random name (`log_path`), and only that file is graded, never the
+program's stdout or stderr: a program that echoes its input cannot be made to print a report
+that counts, and a folder holding anything a sanitizer did not write is refused
+(`sanitizer_log`).
 
 The PoC is read by the host from the workspace through `read_poc`: a relative path inside the
 workspace, no symbolic link on the way, a regular file, at most `max_bytes`. Anything else is a
@@ -25,7 +28,7 @@ import shutil
 import stat
 import tempfile
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlyard.agent.loop import cut_middle
@@ -81,10 +84,19 @@ def pristine_build(target: Target) -> Path:
         return folder
 
 
-def read_poc(workspace: Path, submitted: str | None, max_bytes: int = MAX_POC_BYTES) -> tuple[bytes | None, str]:
-    """The submitted file's bytes, or (None, why it is refused)."""
-    if not submitted or not submitted.strip():
+def read_poc(workspace: Path, submitted: object, max_bytes: int = MAX_POC_BYTES) -> tuple[bytes | None, str]:
+    """The submitted file's bytes, or (None, why it is refused). `submitted` is whatever the
+    policy sent: any type, NUL bytes, text the file system cannot encode; each is refused."""
+    if submitted is None or (isinstance(submitted, str) and not submitted.strip()):
         return None, "nothing submitted"
+    if not isinstance(submitted, str):
+        return None, f"the submitted path is a {type(submitted).__name__}, not text"
+    if "\x00" in submitted or len(submitted) > 4096:
+        return None, f"{submitted[:200]!r} is not a path (a NUL byte, or longer than 4096 characters)"
+    try:
+        os.fsencode(submitted)
+    except UnicodeError:
+        return None, f"{submitted[:200]!r} cannot be encoded as a file name"
     relative = Path(submitted.strip())
     if relative.is_absolute():  # the workspace as the tools see it (the sandbox's cwd) or as the host does
         for top in (Path(MOUNT_POINT), workspace):
@@ -100,8 +112,8 @@ def read_poc(workspace: Path, submitted: str | None, max_bytes: int = MAX_POC_BY
         current = current / part
         try:
             info = os.lstat(current)
-        except OSError:
-            return None, f"{submitted!r} does not exist"
+        except (OSError, ValueError):
+            return None, f"{submitted[:200]!r} does not exist"
         if stat.S_ISLNK(info.st_mode):
             return None, f"{submitted!r} is or passes through a symbolic link"
     if not stat.S_ISREG(info.st_mode):
@@ -120,23 +132,42 @@ def read_poc(workspace: Path, submitted: str | None, max_bytes: int = MAX_POC_BY
     return data, ""
 
 
-def trusted_report(log: str, stderr: str) -> Report | None:
-    """The report the sanitizers wrote to the log file, completed from stderr for UBSan.
+LOG_MAX_BYTES = 1 << 20  # a sanitizer report is a few KiB; a bigger log is not one
+_LOG_SANITIZER = {"asan": "AddressSanitizer", "ubsan": "UndefinedBehaviorSanitizer"}
+_SUMMARY_LINE = re.compile(r"^SUMMARY: \S+Sanitizer: ", re.M)
 
-    ASan writes its whole report to `log_path`; gcc's UBSan writes only its SUMMARY line there
-    and the report itself (`file:line:col: runtime error:` and the stack) to stderr. The log gives
-    sanitizer, error type and the crash location; the function comes from the LAST report on
-    stderr at that location (the process halts right after printing it, so whatever the program
-    echoed to stderr before cannot stand in for it)."""
-    report = parse_report(log)
-    if report is None or report.sanitizer != "UndefinedBehaviorSanitizer" or report.function is not None:
-        return report
-    found = re.search(r"(\S+:\d+:\d+)\s+in\s*$", report.summary)
-    start = stderr.rfind(f"{found.group(1)}: runtime error:") if found else -1
-    tail = parse_report(stderr[start:]) if start >= 0 else None
-    if tail is None or tail.function is None:
-        return report
-    return replace(report, function=tail.function, file=tail.file, line=tail.line)
+
+def sanitizer_log(folder: Path, prefix: str) -> tuple[Report | None, str, str]:
+    """(the report the sanitizers wrote, its text, why the folder is refused or "").
+
+    Each runtime writes to `<prefix>-asan.<pid>` / `<prefix>-ubsan.<pid>`, created when its
+    report is written (a clean run leaves the folder empty), and the process halts right after:
+    the program cannot append to it. Anything else in the folder (another name, a second
+    report, a link, a file holding two reports) was made by the program, never by a sanitizer,
+    and the run is refused: a target that writes files its input names (an extractor) must not
+    be able to plant a report. The prefix is random per run, so an input cannot name the file."""
+    expected = re.compile(rf"{re.escape(prefix)}-(asan|ubsan)\.\d+")
+    entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    strangers = [e.name for e in entries if not expected.fullmatch(e.name) or not e.is_file(follow_symlinks=False)]
+    if strangers:
+        return None, "", f"the sanitizer log folder holds files no sanitizer wrote: {[n[:80] for n in strangers[:5]]}"
+    if len(entries) > 1:
+        return None, "", f"{len(entries)} sanitizer reports in one run (a run halts at its first)"
+    if not entries:
+        return None, "", ""
+    fd = os.open(entries[0].path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(LOG_MAX_BYTES + 1)
+    text = data.decode("utf-8", "replace")
+    if len(data) > LOG_MAX_BYTES:
+        return None, text[:4000], f"the sanitizer log has more than {LOG_MAX_BYTES} bytes"
+    if len(_SUMMARY_LINE.findall(text)) > 1:
+        return None, text, "the sanitizer log holds more than one report"
+    report = parse_report(text)
+    runtime = _LOG_SANITIZER[expected.fullmatch(entries[0].name).group(1)]
+    if report is not None and report.sanitizer != runtime:
+        return None, text, f"a {report.sanitizer} report in the {runtime} log"
+    return report, text, ""
 
 
 @dataclass
@@ -155,21 +186,20 @@ def grade_bytes(target: Target, data: bytes, timeout_s: float = 60.0) -> Verdict
     try:
         shutil.copytree(build, folder, dirs_exist_ok=True)
         (folder / "poc").write_bytes(data)
-        logs = f".sanitizer-{secrets.token_hex(8)}"  # the report goes here, never to the program's own stderr
+        logs, prefix = f".sanitizer-{secrets.token_hex(8)}", secrets.token_hex(8)  # names no input can know
         (folder / logs).mkdir()
-        env = {key: f"{value}:log_path={MOUNT_POINT}/{logs}/report" for key, value in RUN_ENV.items()}
+        env = {key: f"{value}:log_path={MOUNT_POINT}/{logs}/{prefix}-{key.split('_')[0].lower()}"
+               for key, value in RUN_ENV.items()}
         # CPU time above the wall time: a PoC that spins is a timeout, whichever limit a busy machine reaches first
         limits = Limits(**{**LIMITS.__dict__, "wall_s": timeout_s, "cpu_s": 2 * math.ceil(timeout_s) + 1})
         try:
             result = Sandbox(folder, limits).run(env_argv([f"./{target.binary}", "poc"], env))
         except SandboxError as error:
             return Verdict(Reward(0.0, {}, {"error": f"sandbox: {error}"}, infra_error=True), "")
-        written = sorted((folder / logs).glob("report*"))
-        log = "".join(path.read_text("utf-8", "replace") for path in written if path.is_file() and not path.is_symlink())
+        report, log, refused = sanitizer_log(folder / logs, prefix)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    stderr = result.stderr.decode("utf-8", "replace")
-    report = trusted_report(log, stderr)
+    stderr = result.stderr.decode("utf-8", "replace")  # for the logs and validate only: never graded
     hung = result.timed_out or result.killed_reason == "cpu_time"
     crashed = result.exit_code == SANITIZER_EXIT and not hung and report is not None
     got = {"sanitizer": report.sanitizer, "error_type": report.error_type, "function": report.function} if report else {}
@@ -177,10 +207,12 @@ def grade_bytes(target: Target, data: bytes, timeout_s: float = 60.0) -> Verdict
     value = float(all(components.values()))
     info = {"exit_code": result.exit_code, "timed_out": hung, "killed": result.killed_reason, "report": got,
             "expected": target.expected, "output": cut_middle(log + stderr, 4000)}
+    if refused:
+        info["refused"] = refused
     return Verdict(Reward(value, components, info), log + stderr)
 
 
-def grade_submission(target: Target, workspace: Path, submitted: str | None, timeout_s: float = 60.0,
+def grade_submission(target: Target, workspace: Path, submitted: object, timeout_s: float = 60.0,
                      max_bytes: int = MAX_POC_BYTES) -> Reward:
     data, refused = read_poc(workspace, submitted, max_bytes)
     if data is None:
