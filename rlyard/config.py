@@ -104,13 +104,28 @@ def training_algo(config: RunConfig) -> AlgoConfig:
     copy (the config itself stays as written, so a saved run reads back the same): rollouts on int8
     kernels, on weights of another dtype than the learner's (`rollout.dtype`) or from an external
     server or vLLM (`rollout.engine=openai|vllm`: their own kernels) are slightly off-policy by
-    construction, so without a correction named they get TIS at 2."""
+    construction, so without a correction named they get TIS at 2. So is a learner whose matmuls
+    run in bf16 (`model.autocast` bfloat16, or auto where it picks bf16) under a float32 engine."""
+    from rlyard.models.loading import autocast_choice  # here, not at the top: the schema itself needs no torch
+
     algo = config.algo
     other_dtype = (config.rollout.dtype or config.model.dtype) != config.model.dtype
-    off_policy = config.rollout.quantize == "int8" or other_dtype or config.rollout.engine in ("openai", "vllm")
+    learner_bf16 = config.model.autocast != "none" and autocast_choice(config.model.autocast, config.model.device)[0] is not None
+    engine_bf16 = (config.rollout.dtype or config.model.dtype) == "bfloat16"
+    off_policy = (config.rollout.quantize == "int8" or other_dtype or config.rollout.engine in ("openai", "vllm")
+                  or (learner_bf16 and not engine_bf16))
     if off_policy and algo.tis_cap is None and not algo.decoupled:
         return algo.model_copy(update={"tis_cap": INT8_DEFAULT_TIS_CAP})
     return algo
+
+
+def loss_constant(config: RunConfig, multi_turn: bool = False) -> int:
+    """L_max of `algo.loss_agg: constant` unless algo.loss_constant names it: the most sampled
+    tokens a sample can have, `rollout.max_new_tokens` single-turn and the episode's budget
+    `agent.max_total_tokens` multi-turn (the per-turn cap would rescale the learning rate)."""
+    if config.algo.loss_constant:
+        return config.algo.loss_constant
+    return config.agent.max_total_tokens if multi_turn else config.rollout.max_new_tokens
 
 
 def soft_overlong_lengths(config: RunConfig, multi_turn: bool = False) -> tuple[int, int]:

@@ -40,7 +40,7 @@ class ModelConfig(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     lora: LoraConfig = Field(default_factory=LoraConfig)
-    autocast: Literal["none", "bfloat16"] = "none"  # training matmuls (SFT, the learner) in bf16 over float32 weights
+    autocast: Literal["none", "bfloat16", "auto"] = "none"  # training matmuls (SFT, the learner) in bf16 over float32 weights; auto: where the device has native bf16
     chat_template: str | None = None  # a Jinja chat template file (or the template text) replacing the tokenizer's
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
     init_from: str | None = None  # a run folder of `rlyard sft` / `rlyard train` (or its checkpoints/step_N): its weights start the policy
@@ -88,7 +88,7 @@ class AgentConfig(Strict):
     max_turns: int = Field(6, ge=1)
     max_tokens_per_turn: int = Field(128, ge=1)
     max_total_tokens: int = Field(2048, ge=16)
-    max_prompt_tokens: int | None = Field(None, ge=16)  # longer first prompts lose the middle of the task text
+    max_prompt_tokens: int | None = Field(None, ge=16)  # longer first prompts lose the middle of the task text; None: max_total_tokens less one reply (at most half)
     tool_output_chars: int = Field(4000, ge=100)  # longer tool output loses its middle
     # how tool calls are written: "auto" = the chat template's own format when it renders tools, else the family's
     tool_format: Literal["auto", "family", "hermes", "llama3_json", "bash_block"] = "auto"
@@ -110,7 +110,7 @@ class AlgoConfig(Strict):
     decoupled: bool = False  # AReaL's decoupled PPO: clip around the trainer's pi_prox, weight by pi_prox / pi_behav (async data)
     behaviour_weight_cap: float | None = Field(None, gt=1.0)  # decoupled: tokens whose pi_prox / pi_behav exceeds it get no loss; None = 5.0 (AReaL's legacy cap; set e.g. 1e9 for none)
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "prompt-mean", "constant"] = "token-mean"
-    loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant; None = rollout.max_new_tokens
+    loss_constant: float | None = Field(None, gt=0.0)  # normaliser for loss_agg=constant; None = rollout.max_new_tokens, multi-turn agent.max_total_tokens
     kl_coef: float = Field(0.0, ge=0.0)  # KL to the base model (needs LoRA): a loss term, or a reward penalty
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_in_reward: bool = False  # True: -kl_coef * kl_t is added to each token's reward (gae, reinforce_pp) instead of the loss

@@ -101,6 +101,44 @@ def quiet_transformers() -> None:
 
 
 AUTOCAST_DTYPES = {"none": None, "bfloat16": torch.bfloat16}
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs with native bf16 matmuls
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none: not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith(("flags", "Features")) for flag in line.split(":", 1)[1].split()}
+
+
+def native_bf16(device: str) -> tuple[bool, str]:
+    """Whether `device` multiplies bf16 natively, and what says so. Elsewhere bf16 matmuls are
+    emulated (converted to float32 and back) and several times slower than float32 ones."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return supported, f"torch.cuda.is_bf16_supported() is {supported}"
+    if kind == "cpu":
+        found = sorted(set(CPU_BF16_FLAGS) & cpu_flags())
+        capability = torch.backends.cpu.get_cpu_capability()
+        if found:
+            return True, f"the CPU has {' and '.join(found)} (torch capability {capability})"
+        return False, f"the CPU has neither {' nor '.join(CPU_BF16_FLAGS)} (torch capability {capability})"
+    return False, f"no bf16 detection for device {kind!r}"
+
+
+def autocast_choice(setting: str, device: str) -> tuple[torch.dtype | None, str]:
+    """`model.autocast` resolved: "auto" is bf16 exactly where `device` has native bf16; with the
+    sentence that says which was chosen and why (for the run's log)."""
+    if setting != "auto":
+        if setting not in AUTOCAST_DTYPES:
+            raise ValueError(f"model.autocast={setting!r}: allowed none, bfloat16, auto")
+        return AUTOCAST_DTYPES[setting], f"model.autocast={setting}"
+    native, why = native_bf16(device)
+    chosen = "bfloat16" if native else "none (float32 matmuls)"
+    return (torch.bfloat16 if native else None), f"model.autocast=auto chose {chosen} on {device}: {why}"
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

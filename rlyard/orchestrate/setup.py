@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, training_algo
+from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, loss_constant, training_algo
 from rlyard.data import TaskStream
 from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
-from rlyard.models import AUTOCAST_DTYPES, TORCH_DTYPES, add_lora, is_peft, load_model, load_tokenizer
+from rlyard.models import TORCH_DTYPES, add_lora, autocast_choice, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights, trainable_state_dict
 from rlyard.models.templates import end_of_message_id
 from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
@@ -78,9 +78,13 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
     stream = TaskStream(train_tasks, seed=env_seed) if train else None
     eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
     check_reward_arguments(config, train_tasks + eval_tasks)
-    learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
-                      config.rollout.max_new_tokens, autocast_dtype=AUTOCAST_DTYPES[config.model.autocast],
-                      total_steps=config.train.steps) if train else None
+    learner = None
+    if train:
+        precision, choice = autocast_choice(config.model.autocast, config.model.device)
+        if config.model.autocast == "auto":
+            print(f"[rlyard] {choice}", flush=True)
+        learner = Learner(model, training_algo(config), config.rollout.temperature, config.train.micro_batch_size,
+                          loss_constant(config, family.multi_turn), autocast_dtype=precision, total_steps=config.train.steps)
     if followers:
         from rlyard.orchestrate.ray_learners import GroupLearner
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.config import ConfigError, RunConfig, SftConfig, dump_config
-from rlyard.models import AUTOCAST_DTYPES, autocast, load_tokenizer
+from rlyard.models import autocast, autocast_choice, load_tokenizer
 from rlyard.observe import MetricsLogger, plot_reward_curve
 from rlyard.observe.metrics import METRICS_FILE
 from rlyard.observe.store import write_atomic
@@ -152,7 +152,9 @@ def train_sft(config: RunConfig, run_dir: Path, resume: bool = False) -> SftResu
     order = DataOrder([len(e.token_ids) for e in train], s.batch_size, s.micro_batch_size, s.length_window, s.seed)
     total = s.steps or s.epochs * order.steps_per_epoch
     model = policy_model(config.model)
-    precision = AUTOCAST_DTYPES[config.model.autocast]
+    precision, choice = autocast_choice(config.model.autocast, config.model.device)
+    if config.model.autocast == "auto":
+        print(f"[rlyard] {choice}", flush=True)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=s.lr, weight_decay=s.weight_decay)
 
     run_dir.mkdir(parents=True, exist_ok=True)
