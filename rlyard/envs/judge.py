@@ -79,6 +79,26 @@ def parse_json_reply(text: str, required: tuple[str, ...] = ("score",)) -> dict[
     raise ValueError(f"no JSON object with {', '.join(required)} in the judge's reply: {text[:200]!r}")
 
 
+def parse_marked_reply(text: str, marker: str, required: tuple[str, ...] = ("score",)) -> dict[str, Any]:
+    """The verdict right after `marker` in the judge's reply, and nothing else of the reply.
+
+    The marker is a nonce made for one request after the graded text was fixed, so a judge that
+    quotes the graded text back (with a fenced verdict of its own making in it) quotes no verdict
+    that counts: only the JSON object that follows the marker is read. ValueError if none."""
+    decoder = json.JSONDecoder()
+    at = text.find(marker)
+    while at >= 0:
+        rest = text[at + len(marker):].lstrip(" \t:=")
+        try:
+            found, _ = decoder.raw_decode(rest)
+        except (ValueError, RecursionError):
+            found = None
+        if isinstance(found, dict) and all(key in found for key in required):
+            return found
+        at = text.find(marker, at + len(marker))
+    raise ValueError(f"no {marker} followed by a JSON object with {', '.join(required)} in the judge's reply: {text[:200]!r}")
+
+
 class Judge:
     def __init__(self, config: JudgeConfig):
         self.config = config
@@ -104,12 +124,13 @@ class Judge:
                                              max_retries=0)  # our own retries, counted and backed off
             return self._client
 
-    def _complete(self, messages: list[dict]) -> str:
+    def _complete(self, messages: list[dict], marker: str | None = None) -> str:
         if self.config.api == "completions":
-            prompt = "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages) + "\n\nASSISTANT:\n" + OPENING
+            opening = f"{marker} {OPENING}" if marker else OPENING
+            prompt = "\n\n".join(f"{m['role'].upper()}:\n{m['content']}" for m in messages) + "\n\nASSISTANT:\n" + opening
             reply = self.client().completions.create(model=self.config.model, prompt=prompt, temperature=self.config.temperature,
                                                      max_tokens=self.config.max_tokens, stop=["}"])
-            return OPENING + (reply.choices[0].text or "") + "}"
+            return opening + (reply.choices[0].text or "") + "}"
         reply = self.client().chat.completions.create(model=self.config.model, messages=messages,
                                                       temperature=self.config.temperature, max_tokens=self.config.max_tokens)
         return reply.choices[0].message.content or ""
@@ -119,10 +140,12 @@ class Judge:
         return self.cache_dir / f"{hashlib.sha256(parts.encode()).hexdigest()}.json"
 
     def ask_json(self, messages: list[dict], cache_key: tuple[str, ...], required: tuple[str, ...] = ("score",),
-                 check: Callable[[dict], Any] | None = None) -> dict:
+                 check: Callable[[dict], Any] | None = None, marker: str | None = None) -> dict:
         """The parsed verdict for these messages, from the cache or the endpoint; JudgeUnavailable
         when every try failed (the last reason in the message). `check(verdict)` raising ValueError
-        rejects a verdict (e.g. a score out of range): it is asked again and never cached."""
+        rejects a verdict (e.g. a score out of range): it is asked again and never cached.
+        `marker` (a nonce the messages ask the judge to write before its verdict): only the JSON
+        object after it is read (`parse_marked_reply`), never one the graded text could hold."""
         path = self.cache_path(cache_key)
         if path.is_file():
             try:
@@ -143,8 +166,8 @@ class Judge:
                 with self._slots:
                     with self._lock:
                         self.requests += 1
-                    text = self._complete(messages)
-                verdict = parse_json_reply(text, required)
+                    text = self._complete(messages, marker)
+                verdict = parse_marked_reply(text, marker, required) if marker else parse_json_reply(text, required)
                 if check is not None:
                     check(verdict)
             except JudgeUnavailable:

@@ -26,6 +26,7 @@ from rlyard.types import Message, Reward, Task, Trajectory
 TOOLS = ("bash", "read_file", "write_file", "edit_file", "grep", "glob", "submit")
 LIMITS = Limits(wall_s=20, cpu_s=20, memory_bytes=1 << 30, output_bytes=64 << 10)
 ANSWER = "answer.md"
+PROSE_KINDS = ("summarise",)  # kinds whose rule items pay only for an answer at all (rubric.py; a rubric's `prose` wins)
 SYSTEM = """You are a careful analyst working in a folder of files (your current directory). Use the \
 tools to read the files and query the task's tools. Write your final answer to {answer} with \
 write_file (or reply with the answer without a tool call), then stop."""
@@ -102,7 +103,7 @@ def grade(task: Task, workspace: Path, answer: str, rules_only: bool) -> Reward:
     if rubric.has_judge and not rules_only:
         judge = make_judge_fn(judge_for(p["judge"]), task.prompt[-1]["content"])
     try:
-        verdict = grade_rubric(rubric, workspace, answer, judge, rules_only=rules_only)
+        verdict = grade_rubric(rubric, workspace, answer, judge, rules_only=rules_only, prose=task.metadata.get("kind") in PROSE_KINDS)
     except JudgeUnavailable as error:
         return Reward(0.0, {}, {"error": f"judge: {error}"}, infra_error=True)
     except Exception:

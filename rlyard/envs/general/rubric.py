@@ -9,7 +9,14 @@ host, where a link `answer.md -> .../verifier/reference.md` would otherwise grad
 
 Rule items are written so that stuffing cannot pass them: `number` reads only the first number
 after the first match of its label; `not_contains` gates refuse answers that hedge between
-alternatives; `word_count` bounds the length.
+alternatives; `word_count` bounds the length. Every rule item reads the answer (and the files it
+checks) in the folded form of normalize.py, and its own texts folded alike: no zero-width space,
+homoglyph, fullwidth form or combining mark changes what a rule sees.
+
+On a prose rubric (`prose: true`, the default for summarise tasks) rule items pay only for an
+answer at all: their scores are multiplied by the judge items' weighted verdict (when a judge
+grades) and by a coherence gate (`coherent`), so that a keyword salad holding every figure a
+rule looks for earns nothing from the rules.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ from typing import Any, Callable
 
 import yaml
 
+from rlyard.envs.general.normalize import fold, normalise
 from rlyard.types import Reward
 
 METHODS = ("regex", "contains", "not_contains", "number", "json_schema", "word_count", "file", "judge")
@@ -65,6 +73,7 @@ class Rubric:
     binary: bool = False
     length_penalty: LengthPenalty | None = None
     source: str = ""
+    prose: bool | None = None  # rule items pay only for an answer judged to be one; None: the task's kind decides
 
     @property
     def has_judge(self) -> bool:
@@ -83,9 +92,11 @@ def load_rubric(path: str | Path) -> Rubric:
 def parse_rubric(raw: Any, source: str = "<rubric>") -> Rubric:
     if not isinstance(raw, dict) or not isinstance(raw.get("items"), list) or not raw["items"]:
         raise RubricError(f"{source}: a rubric is a mapping with a non-empty `items` list")
-    unknown = sorted(set(raw) - {"items", "binary", "length_penalty"})
+    unknown = sorted(set(raw) - {"items", "binary", "length_penalty", "prose"})
     if unknown:
-        raise RubricError(f"{source}: unknown rubric key(s) {unknown}; allowed: binary, items, length_penalty")
+        raise RubricError(f"{source}: unknown rubric key(s) {unknown}; allowed: binary, items, length_penalty, prose")
+    if raw.get("prose") is not None and not isinstance(raw["prose"], bool):
+        raise RubricError(f"{source}: prose must be true or false, got {raw['prose']!r}")
     items, seen = [], set()
     for n, entry in enumerate(raw["items"]):
         label = entry.get("id", "?") if isinstance(entry, dict) else repr(entry)
@@ -103,7 +114,7 @@ def parse_rubric(raw: Any, source: str = "<rubric>") -> Rubric:
         if not (0 <= penalty.max_penalty <= 1 and penalty.dead_zone >= 0 and penalty.exponent > 0 and 0 <= penalty.quantile <= 1):
             raise RubricError(f"{source}: length_penalty needs 0 <= max_penalty <= 1, dead_zone >= 0, exponent > 0, "
                               f"0 <= quantile <= 1; got {penalty}")
-    return Rubric(tuple(items), bool(raw.get("binary", False)), penalty, source)
+    return Rubric(tuple(items), bool(raw.get("binary", False)), penalty, source, raw.get("prose"))
 
 
 def _parse_item(entry: Any, where: str) -> Item:
@@ -164,7 +175,30 @@ def _texts(spec: dict) -> list[str]:
 
 
 def _fold(text: str, spec: dict) -> str:
+    """`text` as a rule compares it: normalised (normalize.py), and lower-cased unless the item is
+    case-sensitive. Both the answer and the rule's own text go through it."""
+    text = fold(text)
     return text if spec.get("case_sensitive") else text.lower()
+
+
+FUNCTION_WORDS = frozenset(
+    "the a an of to in on at for by with from and or but as is are was were be been being it its this that these those "
+    "which who whom whose what when where while than then there their they them he she his her we our you your i not no "
+    "so if because after before during about over under into out up down all any each more most other some such only "
+    "also can could will would may might must should has have had do does did".split())
+
+
+def coherent(answer: str) -> tuple[bool, str]:
+    """Whether an answer reads as sentences: at least 15% of its words are function words and it has
+    a sentence end per 60 words. A keyword salad has neither; English prose has 25-45% (the
+    built-in references: 28-44%). A heuristic gate for rules-only grading; the judge is the real test."""
+    words = re.findall(r"[a-z']+", fold(answer).lower())
+    if len(words) < 8:
+        return True, f"{len(words)} words: too short to tell"
+    share = sum(word in FUNCTION_WORDS for word in words) / len(words)
+    ends = len(re.findall(r"[.!?:](?:\s|$)", answer))
+    ok = share >= 0.15 and ends >= len(words) // 60
+    return ok, f"{share:.0%} function words, {ends} sentence ends in {len(words)} words"
 
 
 def first_number_after(label: str, answer: str) -> float | None:
@@ -184,8 +218,9 @@ def first_number_after(label: str, answer: str) -> float | None:
 
 
 def check_rule(item: Item, workspace: Path, answer: str) -> tuple[float, str]:
-    """(score 0 or 1, why) of one rule item."""
+    """(score 0 or 1, why) of one rule item, on the folded answer (and folded files)."""
     spec = item.spec
+    answer = fold(answer)
     if item.method == "regex":
         flags = re.M | (0 if spec.get("case_sensitive") else re.I)
         hit = re.search(spec["pattern"], answer, flags)
@@ -212,6 +247,7 @@ def check_rule(item: Item, workspace: Path, answer: str) -> tuple[float, str]:
         return float(ok), f"{words} words (allowed {spec.get('min', 0)}..{spec.get('max', 'any')})"
     if item.method == "file":
         content = read_inside(workspace, spec["path"])
+        content = None if content is None else fold(content)
         if content is None:
             return 0.0, f"{spec['path']} is missing (or a link, or outside the workspace)"
         if len(content.strip()) < int(spec.get("min_chars", 1)):
@@ -236,23 +272,33 @@ def _check_json(spec: dict, workspace: Path, answer: str) -> tuple[float, str]:
         text = read_inside(workspace, source)
         if text is None:
             return 0.0, f"{source} is missing (or a link, or outside the workspace)"
+        text = fold(text)
     try:
         document = json.loads(text)
     except ValueError as error:
         return 0.0, f"{source} is not JSON: {error}"
-    errors = sorted(Draft202012Validator(spec["schema"]).iter_errors(document), key=lambda e: list(e.path))
+    except RecursionError:
+        return 0.0, f"{source} is nested too deeply to read"
+    try:
+        errors = sorted(Draft202012Validator(spec["schema"]).iter_errors(document), key=lambda e: list(e.path))
+    except RecursionError:
+        return 0.0, f"{source} is nested too deeply to check"
     if errors:
         first = errors[0]
         return 0.0, f"{source}: {'/'.join(map(str, first.path)) or '(root)'}: {first.message[:200]}"
     return 1.0, f"{source} valid"
 
 
-def grade_rubric(rubric: Rubric, workspace: Path, answer: str, judge: JudgeFn | None = None, rules_only: bool = False) -> Reward:
+def grade_rubric(rubric: Rubric, workspace: Path, answer: str, judge: JudgeFn | None = None, rules_only: bool = False,
+                 prose: bool = False) -> Reward:
     """The rubric's reward on this answer (and workspace). `rules_only` grades the rule items
-    alone (validation, or no judge). A judge that raises propagates: the caller flags infra."""
+    alone (validation, or no judge). A judge that raises propagates: the caller flags infra.
+    `prose` (the rubric's own `prose` wins): the rule items' scores are multiplied by the judge
+    items' weighted verdict and by the coherence gate (module docstring)."""
     items = [item for item in rubric.items if not (rules_only and item.method == "judge")]
     if not items:
         raise RubricError(f"{rubric.source}: no rule items to grade")
+    seen = normalise(answer)
     scores, details = {}, {}
     for item in items:
         if item.method == "judge":
@@ -261,10 +307,23 @@ def grade_rubric(rubric: Rubric, workspace: Path, answer: str, judge: JudgeFn | 
             score, why = judge(item.spec["criterion"], str(item.spec.get("key", "")), answer)
             score = min(1.0, max(0.0, float(score)))
         else:
-            score, why = check_rule(item, workspace, answer)
+            score, why = check_rule(item, workspace, seen.text)
         scores[item.id] = score
         details[item.id] = {"method": item.method, "weight": item.weight, "gate": item.gate, "dimension": item.dimension,
                             "score": score, "why": why}
+    extra: dict[str, float] = {}
+    coherence = None
+    if rubric.prose if rubric.prose is not None else prose:
+        judged = [item for item in items if item.method == "judge"]
+        verdict = sum(i.weight * scores[i.id] for i in judged) / sum(i.weight for i in judged) if judged else 1.0
+        ok, why = coherent(seen.text)
+        factor = verdict * float(ok)
+        for item in items:
+            if item.method != "judge" and not item.gate:
+                scores[item.id] *= factor
+                details[item.id].update(score=scores[item.id], why=f"{details[item.id]['why']} (x {factor:.2f}: an answer at all)")
+        extra = {"answer_factor": factor, "coherent": float(ok)}
+        coherence = {"why": why, "judge_verdict": verdict, "factor": factor}
     passed = {item.id: scores[item.id] >= PASS for item in items}
     gate_failed = any(item.gate and not passed[item.id] for item in items)
     counted = [item for item in items if not item.gate] or items  # a gate is a condition, not an achievement
@@ -274,8 +333,14 @@ def grade_rubric(rubric: Rubric, workspace: Path, answer: str, judge: JudgeFn | 
     for dimension in sorted({item.dimension for item in items}):
         members = [item for item in items if item.dimension == dimension]
         components[f"dim/{dimension}"] = sum(i.weight * scores[i.id] for i in members) / sum(i.weight for i in members)
-    components.update(weighted=weighted, gate_failed=float(gate_failed), all_passed=float(all(passed.values())))
-    return Reward(value, components, {"rubric": details, "binary": rubric.binary})
+    components.update(weighted=weighted, gate_failed=float(gate_failed), all_passed=float(all(passed.values())),
+                      format_characters=float(seen.format_characters > 0), **extra)
+    info = {"rubric": details, "binary": rubric.binary}
+    if coherence is not None:
+        info["coherence"] = coherence
+    if seen.format_characters:
+        info["format_characters"] = f"{seen.format_characters} format characters (zero-width, bidi controls) removed before grading"
+    return Reward(value, components, info)
 
 
 def quantile(values: list[float], q: float) -> float:
