@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlyard.sandbox import Limits, Sandbox, SandboxError, SandboxUnavailable
+from rlyard.sandbox.mounts import remove_workspace
 from rlyard.sandbox.sandbox import bwrap_available, unshare_available
 from rlyard.sandbox.uids import default_pool
 
@@ -123,7 +124,7 @@ def test_refuses_without_isolation_unless_explicitly_unsafe(ws):
 
 
 def test_a_sandbox_that_cannot_start_raises_sandbox_error(box, ws):
-    shutil.rmtree(ws)
+    remove_workspace(ws)  # the folder and the tmpfs the sandbox may have mounted on it
     ws.write_text("not a directory any more")  # bwrap cannot bind it: infra failure, not a 0
     with pytest.raises(SandboxError):
         box.run("echo hi")

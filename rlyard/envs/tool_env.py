@@ -6,13 +6,13 @@ agent loop needs only the `Environment` protocol: keeping them apart keeps the i
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
 from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
 from rlyard.envs.base import StepResult
 from rlyard.envs.outcomes import policy_line, tool_error
+from rlyard.sandbox.mounts import remove_workspace
 from rlyard.types import Task
 
 
@@ -75,7 +75,7 @@ class ToolEnv:
 
     def close(self) -> None:
         if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
+            remove_workspace(self.workspace)  # with the tmpfs its sandbox mounted on it, if any
             self.workspace = None
 
     def step(self, reply: str) -> StepResult:

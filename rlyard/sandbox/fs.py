@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Callable
 
 from rlyard.cache import cache_dir
 
@@ -30,19 +31,32 @@ def _within(path: Path, top: Path) -> bool:
     return path == top or top in path.parents
 
 
-def root_fs_args(id_files: bool = True) -> list[str]:
+def _same(path: str) -> str:
+    return path
+
+
+def root_fs_args(id_files: bool = True, source: Callable[[str], str] = _same) -> list[str]:
+    """`source(host path)`: where to bind each from (a sandbox's private view, `mounts.SystemView`)."""
     # /etc is made first, world-readable: bwrap would create it 0700 for root, which the
     # sandbox uid could not enter (git then fails on /etc/gitconfig, libc on ld.so.cache).
-    args = ["--ro-bind", "/usr", "/usr", "--perms", "0755", "--dir", "/etc"]
+    args = ["--ro-bind", source("/usr"), "/usr", "--perms", "0755", "--dir", "/etc"]
     for path in ROOT_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", source(path), path]
     for path in ETC_FILES:
         if id_files or path not in ID_FILES:
-            args += ["--ro-bind-try", path, path]
+            args += ["--ro-bind-try", source(path), path]
     return args
+
+
+def view_parts(ro_binds: tuple[tuple[Path, str], ...]) -> tuple[list[str], list[str]]:
+    """(folders a private view overlays, /etc entries it copies) for `root_fs_args` and `bwrap_binds`."""
+    folders = ["/usr", *(p for p in ROOT_DIRS if os.path.isdir(p) and not os.path.islink(p)),
+               *(str(src) for src, _ in ro_binds)]
+    files = [p for p in ETC_FILES if p not in ID_FILES and os.path.exists(p)]
+    return list(dict.fromkeys(folders)), files
 
 
 def root_binds() -> list[tuple[Path, str]]:
@@ -110,7 +124,8 @@ def _parents(dst: str) -> list[str]:
     return args
 
 
-def bwrap_binds(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: tuple[Path, ...]) -> list[str]:
+def bwrap_binds(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: tuple[Path, ...],
+                source: Callable[[str], str] = _same) -> list[str]:
     """Workspace, extra read-only binds and masks, in an order where each mask wins over the
     bind that would expose it, and a ro_bind inside a masked folder (a venv in the cache) is
     bound again on top of the mask."""
@@ -118,11 +133,11 @@ def bwrap_binds(workspace: Path, ro_binds: tuple[tuple[Path, str], ...], hide: t
     inner = [b for b in ro_binds if b not in outer]
     args = ["--bind", str(workspace), MOUNT_POINT]
     for src, dst in outer:
-        args += [*_parents(dst), "--ro-bind", str(src), dst]
+        args += [*_parents(dst), "--ro-bind", source(str(src)), dst]
     binds = [*root_binds(), (workspace, MOUNT_POINT), *outer]
     args += _mask_args(hide, binds)
     for src, dst in inner:
-        args += [*_parents(dst), "--ro-bind", str(src), dst]
+        args += [*_parents(dst), "--ro-bind", source(str(src)), dst]
     args += _mask_args(tuple(h for h in hide if any(_within(h, b[0]) and h != b[0] for b in inner)), inner)
     return args
 

@@ -20,7 +20,10 @@ class Limits:
     output_bytes: int = 1 << 20  # bytes kept per stream (stdout, stderr); the rest is dropped
     output_kill_bytes: int = 64 << 20  # a stream that produces more than this gets the run killed
     tmp_bytes: int = 64 << 20  # size of the private tmpfs on /tmp (bwrap)
-    workspace_bytes: int | None = 1 << 30  # growth of the workspace's disk use during the run, polled; killed above it
+    # the workspace's room beyond what it held when the Sandbox was made: its own tmpfs of that many more bytes and
+    # inodes where the host can mount one (ENOSPC past it, across calls), else growth per run polled (killed, "disk")
+    workspace_bytes: int | None = 1 << 30
+    workspace_inodes: int = 65536  # files, folders and links beyond the workspace's own (tmpfs only)
     # cgroup of the whole sandbox (processes, their page cache and tmpfs files): memory.max is
     # group_memory_bytes, else rss_bytes, else memory_bytes; pids.max is nproc; cpus: a CPU quota (None = none)
     group_memory_bytes: int | None = None

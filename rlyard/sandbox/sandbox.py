@@ -23,11 +23,12 @@ import signal
 import stat
 import subprocess
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rlyard.sandbox import cgroups, fs, seccomp
+from rlyard.sandbox import cgroups, fs, mounts, seccomp
 from rlyard.sandbox.capture import Capture, DiskWatch, TeardownError, read_all, wait_namespace_gone
 from rlyard.sandbox.fs import MOUNT_POINT
 from rlyard.sandbox.limits import Limits
@@ -147,6 +148,43 @@ class Sandbox:
         except ValueError as e:
             raise SandboxError(str(e)) from e
         self.isolation = self._choose(isolation, allow_unsafe)
+        self._quota: mounts.QuotaFS | None = None
+        self._view: mounts.SystemView | None = None
+        self._mount_own(limits)
+
+    def _mount_own(self, limits: Limits) -> None:
+        """The workspace's own tmpfs and (bwrap) the private system view, where the host allows mounts.
+
+        Both live as long as the Sandbox: `close()`, or its garbage collection, unmounts them
+        and leaves the workspace's files in the folder.
+        """
+        if not mounts.can_mount():
+            return
+        try:
+            if limits.workspace_bytes is not None:
+                self._quota = mounts.QuotaFS.attach(self.workspace, limits.workspace_bytes, limits.workspace_inodes)
+            if self.isolation == "bwrap":
+                self._view = mounts.SystemView(*fs.view_parts(self.ro_binds))
+        except OSError as e:
+            self.close()
+            raise SandboxError(f"cannot mount the sandbox's own file systems for {self.workspace}: {e}") from e
+        self._finalizer = weakref.finalize(self, _unmount, self._quota, self._view)
+
+    def close(self) -> None:
+        """Unmount the workspace's tmpfs (its files stay in the folder) and the system view; idempotent."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        else:
+            _unmount(self._quota, self._view)
+        self._quota = self._view = None
+
+    @property
+    def quota(self) -> str:
+        """How the workspace is bounded: "tmpfs" (kernel-enforced), "walk" (polled) or "none"."""
+        if self._quota is not None:
+            return "tmpfs"
+        return "none" if self.limits.workspace_bytes is None else "walk"
 
     @property
     def sealed(self) -> bool:
@@ -194,12 +232,13 @@ class Sandbox:
             out += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:
             out += ["--unshare-user"]
-        out += fs.root_fs_args(id_files=False)
+        source = self._view.source if self._view is not None else (lambda p: p)
+        out += fs.root_fs_args(id_files=False, source=source)
         for name in ("passwd", "group"):  # the host's entries plus one naming the run's uid
             out += ["--perms", "0644", "--ro-bind-data", str(fds[name]), f"/etc/{name}"]
-        out += ["--proc", "/proc", "--dev", "/dev",
+        out += ["--proc", "/proc", "--dev", "/dev", *(self._view.dev_args() if self._view is not None else []),
                 "--perms", "1777", "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]
-        out += fs.bwrap_binds(self.workspace, self.ro_binds, self.hide)
+        out += fs.bwrap_binds(self.workspace, self.ro_binds, self.hide, source)
         out += ["--chdir", MOUNT_POINT,
                 "--clearenv", "--setenv", "PATH", PATH, "--setenv", "HOME", MOUNT_POINT,
                 "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
@@ -302,7 +341,8 @@ class Sandbox:
                 full, env, cwd = self._unsafe_argv(argv, lim), self._env(), str(self.workspace)
             if group is not None:
                 full = group.enter_argv(full)
-            disk = DiskWatch(self.workspace, lim.workspace_bytes) if lim.workspace_bytes is not None else None
+            polled = lim.workspace_bytes is not None and self._quota is None  # a tmpfs says ENOSPC by itself
+            disk = DiskWatch(self.workspace, lim.workspace_bytes) if polled else None
             t0 = time.monotonic()
             try:
                 proc = subprocess.Popen(
@@ -366,6 +406,13 @@ class Sandbox:
         if self.isolation != "none" and not started:
             raise SandboxError(f"{self.isolation} could not start the sandbox (exit {code}): "
                                f"{bytes(stderr[-2000:]).decode(errors='replace').strip()}")
+
+
+def _unmount(quota: mounts.QuotaFS | None, view: mounts.SystemView | None) -> None:
+    if view is not None:
+        view.close()
+    if quota is not None:
+        quota.release()
 
 
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: no dlopen in the forked child

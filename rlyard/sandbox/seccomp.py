@@ -13,10 +13,16 @@ The program, in order:
    outlives the processes), ptrace and cross-process memory access, mounts and namespaces,
    io_uring, handle-based opens, modules, kexec, reboot, swap, accounting, perf, bpf,
    userfaultfd.
-4. `clone` with any `CLONE_NEW*` flag fails with EPERM (the same as `unshare`); `clone3`
+   Also the calls that serve here only as probes of, or switches on, state every sandbox shares
+   (issue 36: they carried bits between sandboxes): inotify and fanotify (watches on system
+   files see other sandboxes' reads), `fadvise64` (evicts shared page cache), `readahead`,
+   `mincore` and `cachestat` (read residency).
+4. `preadv2` with `RWF_NOWAIT` (fails when the data is not cached: a residency probe) and
+   `madvise` with `MADV_COLD` or `MADV_PAGEOUT` (evict shared file pages) fail with EPERM.
+5. `clone` with any `CLONE_NEW*` flag fails with EPERM (the same as `unshare`); `clone3`
    fails with ENOSYS, because its flags sit in memory a filter cannot read: libc then falls
    back to `clone`, which is checked.
-5. Everything else is allowed.
+6. Everything else is allowed.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low word (little-endian)
+_OFF_ARG2, _OFF_ARG5 = 16 + 8 * 2, 16 + 8 * 5
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
@@ -54,7 +61,15 @@ DENIED: dict[str, tuple[int, int]] = {
     "kexec_load": (246, 104), "kexec_file_load": (320, 294), "reboot": (169, 142),
     "swapon": (167, 224), "swapoff": (168, 225), "acct": (163, 89), "syslog": (103, 116),
     "quotactl": (179, 60), "fanotify_init": (300, 262), "lookup_dcookie": (212, 18),
+    # channels through the shared system tree and page cache (-1: no such call on that architecture)
+    "inotify_init": (253, -1), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+    "fanotify_mark": (301, 263), "fadvise64": (221, 223), "readahead": (187, 213),
+    "mincore": (27, 232), "cachestat": (451, 451),
 }
+PREADV2 = (327, 286)
+RWF_NOWAIT = 0x8
+MADVISE = (28, 233)
+MADV_EVICT = (20, 21)  # MADV_COLD, MADV_PAGEOUT
 CLONE = (56, 220)
 CLONE3 = (435, 435)
 
@@ -83,14 +98,21 @@ def program(arch: str | None = None) -> bytes:
     if arch == "x86_64":
         ins.append((_JGE_K, "eperm", 0, X32_SYSCALL_BIT))
     for nrs in DENIED.values():
-        ins.append((_JEQ_K, "eperm", 0, nrs[col]))
+        if nrs[col] >= 0:
+            ins.append((_JEQ_K, "eperm", 0, nrs[col]))
     ins += [
         (_JEQ_K, "enosys", 0, CLONE3[col]),
+        (_JEQ_K, "preadv2", 0, PREADV2[col]),
+        (_JEQ_K, "madvise", 0, MADVISE[col]),
         (_JEQ_K, 0, "allow", CLONE[col]),
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
         (_JSET_K, "eperm", "allow", CLONE_NEW_FLAGS),
     ]
-    labels = {"allow": len(ins), "eperm": len(ins) + 1, "enosys": len(ins) + 2}
+    labels = {"preadv2": len(ins)}
+    ins += [(_LD_W_ABS, 0, 0, _OFF_ARG5), (_JSET_K, "eperm", "allow", RWF_NOWAIT)]
+    labels["madvise"] = len(ins)
+    ins += [(_LD_W_ABS, 0, 0, _OFF_ARG2), (_JEQ_K, "eperm", 0, MADV_EVICT[0]), (_JEQ_K, "eperm", "allow", MADV_EVICT[1])]
+    labels.update({"allow": len(ins), "eperm": len(ins) + 1, "enosys": len(ins) + 2})
     ins += [(_RET_K, 0, 0, RET_ALLOW), (_RET_K, 0, 0, RET_ERRNO | errno.EPERM),
             (_RET_K, 0, 0, RET_ERRNO | errno.ENOSYS)]
     out = bytearray()
