@@ -273,16 +273,18 @@ def render_docs(tmp: Path) -> str:
              "`rlyard: ...` line and no Python traceback. Each row is a test case of",
              "`tests/test_bad_input.py`, which also checks the real entry point in fresh processes for",
              "tracebacks. This page is written by `python tests/test_bad_input.py` (the messages as rlyard",
-             "gives them today; temporary folders shown as DIR). How faults during a run are survived:",
+             "gives them today; temporary folders shown as DIR, the working folder as CWD). How faults during a run are survived:",
              "[reliability.md](reliability.md); sandboxes under load and their per-sandbox limits:",
              "[sandbox.md](sandbox.md#per-sandbox-limits-cgroups-and-the-fallback).", "",
              f"{len(rows)} cases.", "", "| kind | case | input | error |", "|---|---|---|---|"]
     lines += [f"| {kind} | {name} | {_cell(given)} | {_cell(message)} |" for kind, name, given, message in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).replace(str(Path.cwd()), "CWD") + "\n"  # no path of the generating machine
 
 
 def test_the_docs_table_lists_every_case():
     text = DOCS.read_text()
+    for folder in {str(Path.cwd()), str(DOCS.parent.parent), str(Path.home())}:
+        assert folder not in text, f"{DOCS} names a folder of the machine that wrote it ({folder}): run python tests/test_bad_input.py"
     for table in (CONFIGS, ROWS, TASKS, CLI):
         for case in table:
             assert f"| {case[0]} |" in text, f"{case[0]!r} missing from {DOCS}: run python tests/test_bad_input.py"
