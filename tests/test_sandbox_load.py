@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rlyard.sandbox import Limits, Sandbox
-from rlyard.sandbox import cgroups
+from rlyard.sandbox import cgroups, mounts
 from rlyard.sandbox.sandbox import bwrap_works, unshare_available
 
 pytestmark = pytest.mark.skipif(not (bwrap_works() or unshare_available()), reason="no sandbox can start here")
@@ -34,11 +34,13 @@ PAYLOADS = {
     "fork_bomb": "bomb() { bomb | bomb & }; bomb; sleep 60",  # runs to its wall time (FORK_BOMB_WALL_S)
     # four processes that each grow without end: the cgroup's OOM kill, or each one's MemoryError at RLIMIT_AS
     "memory_bomb": "for i in 1 2 3 4; do python3 -c 'b = []\nwhile True: b.append(bytearray(8 << 20))' & done; wait; exit 1",
-    "disk_fill": "cat /dev/zero > /tmp/fill; i=0; while head -c 8000000 /dev/zero > w$i; do i=$((i+1)); done; sleep 60",
+    # the workspace's tmpfs says ENOSPC (the run then ends by itself); the walk's fallback kills it ("disk")
+    "disk_fill": "cat /dev/zero > /tmp/fill; i=0; while head -c 8000000 /dev/zero > w$i; do i=$((i+1)); done; "
+                 "[ -e w1 ] && exit 1; sleep 60",
     "output_flood": "yes 'flood flood flood flood'",
 }
 FORK_BOMB_WALL_S = 5.0
-EXPECTED = {"fork_bomb": {"wall_time"}, "memory_bomb": {"memory", None}, "disk_fill": {"disk"}, "output_flood": {"output_limit"}}
+EXPECTED = {"fork_bomb": {"wall_time"}, "memory_bomb": {"memory", None}, "disk_fill": {"disk", None}, "output_flood": {"output_limit"}}
 
 TRAINER = r"""
 import json, select, sys, time
@@ -164,15 +166,30 @@ def test_memory_is_counted_for_the_whole_sandbox(tmp_path):
     assert b"alive" not in capped.stdout
 
 
-def test_workspace_quota(tmp_path):
-    """Many files each under RLIMIT_FSIZE: the workspace's growth is stopped near its quota."""
+@pytest.mark.parametrize("how", ["tmpfs", "walk"])
+def test_workspace_quota(tmp_path, monkeypatch, how):
+    """Many files each under RLIMIT_FSIZE: the workspace's own tmpfs refuses them at its quota
+    (tests/test_sandbox_quota.py has the rest); where none can be mounted, the walk stops the
+    run's growth near it."""
+    if how == "tmpfs" and not mounts.can_mount():
+        pytest.skip("mounting a tmpfs needs root")
+    if how == "walk":
+        monkeypatch.setattr(mounts, "_can_mount", [False])
     limits = Limits(wall_s=20, fsize_bytes=8 << 20, workspace_bytes=32 << 20)
-    result = Sandbox(tmp_path, limits).run("i=0; while head -c 4000000 /dev/zero > f$i; do i=$((i+1)); done")
+    box = Sandbox(tmp_path, limits)
+    assert box.quota == how
+    result = box.run("i=0; while head -c 4000000 /dev/zero > f$i; do i=$((i+1)); done")
     written = sum(p.stat().st_size for p in tmp_path.iterdir())
-    assert result.killed_reason == "disk"
-    assert 32 << 20 < written < 1 << 30  # polled: stopped past the quota, far from filling the disk
-    small = Sandbox(tmp_path, limits).run("head -c 1000000 /dev/zero > small && echo ok")
-    assert small.stdout == b"ok\n"  # the quota is the run's growth, not the workspace's size
+    small = box.run("head -c 1000000 /dev/zero > small && echo ok")
+    if how == "tmpfs":
+        assert b"No space left on device" in result.stderr and result.killed_reason is None
+        assert 28 << 20 < written <= 32 << 20  # exactly the quota
+        assert small.stdout == b""  # the quota holds across calls
+    else:
+        assert result.killed_reason == "disk"
+        assert 32 << 20 < written < 1 << 30  # polled: stopped past the quota, far from filling the disk
+        assert small.stdout == b"ok\n"  # the walk's quota is the run's growth, not the workspace's size
+    box.close()
 
 
 @needs_cgroup
