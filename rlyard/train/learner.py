@@ -243,14 +243,15 @@ class Learner:
         if self.critic is not None and (scores is None or scores.values is None or returns is None):
             raise ValueError("advantage gae trains a critic: pass scores=learner.score(batch) and the GAE returns")
 
-    def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False):
+    def _logprobs(self, micro: MicroBatch, with_entropy: bool = True, with_hidden: bool = False, entropy_grad: bool = False):
         with autocast(self.autocast_dtype, next(self.model.parameters()).device):
             if self.group is not None:
                 forward = fsdp.sharded_logprobs
             else:
                 forward = unshared_continuation_logprobs if is_checkpointing(self.model) else continuation_logprobs
             return forward(self.model, micro.prefix, micro.continuations, micro.masks, self.temperature,
-                           with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures)
+                           with_entropy=with_entropy, with_hidden=with_hidden, token_temperatures=micro.temperatures,
+                           entropy_grad=entropy_grad)
 
     def _reference(self, micro: MicroBatch):
         with reference_mode(self.model):
@@ -299,7 +300,8 @@ class Learner:
     def _micro_loss(self, batch, micro: MicroBatch, advantages_T, weight, scores, returns) -> tuple[torch.Tensor, dict[str, float]]:
         algo, critic = self.algo, self.critic
         ref = self._reference(micro) if algo.kl_coef > 0 and not algo.kl_in_reward else None
-        out = self._logprobs(micro, with_hidden=critic is not None)
+        # the entropy carries gradients only when it is in the loss; otherwise it is a metric
+        out = self._logprobs(micro, with_hidden=critic is not None, entropy_grad=algo.entropy_coef != 0)
         loss = torch.zeros((), device=out.logprobs[0].device)
         stats = dict.fromkeys(STATS, 0.0)
         trainer_old = scores.old_logprobs if scores is not None else None
