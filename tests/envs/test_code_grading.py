@@ -258,11 +258,11 @@ def test_conftest_files_above_the_tests_are_reset_before_grading(record):
 def test_the_grader_checks_the_exact_hidden_test_ids(record):
     assert sorted(record["expected_tests"]) == ["tests/test_basic.py::test_add", "tests/test_issue_mini_1.py::test_clamp_inside",
                                                 "tests/test_issue_mini_1.py::test_clamp_upper"]
-    # deselecting one hidden test from inside (a plugin the project config loads) leaves it missing: 0, even with the fix in place
-    deselect = "def pytest_collection_modifyitems(config, items):\n    items[:] = [i for i in items if 'upper' not in i.name]\n"
-    _, reward = play(make_task(record), HONEST_FIX, call("write_file", path="rigplugin.py", content=deselect),
-                     call("write_file", path="pytest.ini", content="[pytest]\naddopts = -p rigplugin\n"), call("submit", answer="d"))
-    assert reward.value == 0.0 and "test_clamp_upper" in reward.info["output"]
+    # deselecting one hidden test from the project's config leaves it missing: 0, even with the fix in place
+    # (a plugin named there is refused outright: tests/envs/test_code_attacks.py)
+    _, reward = play(make_task(record), HONEST_FIX, call("write_file", path="pytest.ini", content="[pytest]\naddopts = -k 'not upper'\n"),
+                     call("submit", answer="d"))
+    assert reward.value == 0.0 and "not run: tests/test_issue_mini_1.py::test_clamp_upper" in reward.info["output"], reward.info
 
 
 def test_a_grader_without_a_process_slot_is_an_infra_failure_not_a_zero(record):

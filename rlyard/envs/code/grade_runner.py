@@ -3,24 +3,32 @@
     python3 -I .rlyard/grade.py tests/test_issue.py [tests/test_x.py::test_y ...]   (expectations on stdin)
 
 The tests import code the policy wrote, so they run in a child process that the policy controls
-once it imports that code. This parent never imports it and decides the verdict:
+once it imports that code. This parent never imports it, holds every secret, and decides:
 - the exact node ids that must pass come from the host on stdin (trusted data); each must be
   reported passed (or xfailed, where the host allows it). Nothing else counts as success;
-- the child's report travels on a pipe at a random fd number, given on the child's stdin (not
-  its argv), and must carry a per-run token: a report forged without it is a `reward_hack`;
-- two canary tests with random names join the first expected test's module after collection:
-  one must fail and one must pass. A runner rigged to pass everything is caught (`reward_hack`);
-- the parent is made non-dumpable (its memory, environment and stdin are closed to the
-  child) and prints the only verdict line, with the host's token, after forwarding the child's
-  output (head and tail): text the child prints cannot pass for a verdict.
-The repository's own conftest.py and pytest configuration are honoured (as SWE-bench does);
-the workspace, its `src/` and the test command's PYTHONPATH come first on sys.path, so a copy
-installed elsewhere never shadows the workspace. Limits of this design: docs/code.md.
+- twins: before the child starts, each expected test gets a twin in its own file, under a random
+  name made of the module's own words, with every `assert c` turned into `assert not (c)`, its
+  returns into failures and a failure at its end, so an honest run FAILS every twin. Twins are
+  collected by pytest's normal collection with the real tests, and only this parent knows which
+  they are: a rigging that skips, stubs or forges tests passes them (`reward_hack`);
+- the child knows no secret (no token, no canary name): its report is checked against the twins;
+  a report channel carrying anything but one report is `forged_report`;
+- the child runs under `sys.addaudithook` (child_guard.py, inlined below), installed before any
+  repository code runs: repository code that walks gc, takes frames, loads ctypes, adds audit
+  hooks, rewrites trusted files or plants bytecode is refused and reported (`reward_hack`), and so
+  are pytest or pluggy internals found patched, and `-p` plugins named by repository configuration;
+- plugins come from the grader only: autoload is off, the trusted environment's `pytest11`
+  entry points are named with `-p`, and distributions inside the workspace are invisible;
+- a collection error is reported as such, with pytest's text.
+The parent is made non-dumpable and prints the only verdict line, with the host's token, after
+forwarding the child's output (head and tail). Limits of this design: docs/code.md.
 Stdlib only; runs with the sandbox's Python and its pytest.
 """
-import ctypes
+import ast
+import copy
 import json
 import os
+import re
 import resource
 import secrets
 import selectors
@@ -30,71 +38,261 @@ import time
 
 VERDICT = "RLYARD-VERDICT"
 KEEP_HEAD, KEEP_TAIL = 6000, 24000
+MAX_TWINS = 24
+PASSLIKE = {"passed", "xpassed", "xfailed", "skipped", "setup_skipped"}
+WORDS = ["value", "result", "case", "input", "output", "empty", "single", "many", "basic", "edge", "order", "default",
+         "large", "small", "none", "mixed", "repeat", "nested", "simple", "valid"]
 
-CHILD = r"""
-import json, os, sys
-_dumps, _write, _close = json.dumps, os.write, os.close  # bound before any repository code can patch them
-config = json.loads(sys.stdin.read())
-null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
-report_fd, token, canaries = config["fd"], config["token"], config["canaries"]
-import pytest
-outcomes, collected = {}, []
+CHILD = r'''
+def _child():
+    global _child
+    del _child  # the child's globals then hold nothing of the runner
+    import json, os, sys
+    config = json.loads(sys.stdin.read())
+    null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
+    fd, root = config["fd"], os.path.realpath(os.getcwd())
+    dumps, write = json.dumps, os.write  # bound before any repository code can patch them
+    def send(obj):
+        data = memoryview((dumps(obj) + "\n").encode())
+        while data:
+            data = data[write(fd, data):]
+    system = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
+    system = [p for p in system if p != root and not p.startswith(root + os.sep)]
+    trusted = {os.path.realpath(os.path.join(root, p)) for p in config["trusted"]} | {os.path.realpath(config["self"])}
+    refused = []
+    def refuse(kind, detail):
+        if len(refused) < 20:
+            refused.append({"kind": kind, "detail": detail})
+            send({"refused": refused[-1]})
+    if not config.get("collect"):
+        GUARD
+    import importlib.machinery, importlib.metadata
+    find = importlib.machinery.PathFinder.find_distributions
+    def find_distributions(*args, **kwargs):  # a *.dist-info / *.egg-info in the workspace is invisible
+        for dist in find(*args, **kwargs):
+            where = os.path.realpath(str(getattr(dist, "_path", "") or ""))
+            if not where or not (where == root or where.startswith(root + os.sep)):
+                yield dist
+    importlib.machinery.PathFinder.find_distributions = staticmethod(find_distributions)
+    import pytest, _pytest.config
+    plugins = sorted({ep.name for ep in importlib.metadata.entry_points(group="pytest11")})
+    outcomes, collected, errors = {}, [], {}
 
-class Recorder:
-    def pytest_runtest_logreport(self, report):
-        if report.when == "call" or report.outcome != "passed":
-            key = report.nodeid
-            if report.when == "call" and hasattr(report, "wasxfail"):
-                outcomes[key] = "xfailed" if report.skipped else "xpassed"
-            elif outcomes.get(key) in (None, "passed"):
-                outcomes[key] = report.outcome if report.when == "call" else report.when + "_" + report.outcome
+    class Recorder:
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or report.outcome != "passed":
+                key = report.nodeid
+                if report.when == "call" and hasattr(report, "wasxfail"):
+                    outcomes[key] = "xfailed" if report.skipped else "xpassed"
+                elif outcomes.get(key) in (None, "passed"):
+                    outcomes[key] = report.outcome if report.when == "call" else report.when + "_" + report.outcome
 
-    def pytest_collectreport(self, report):
-        if report.outcome != "passed":
-            outcomes[report.nodeid or "<collection>"] = "collect_" + report.outcome
+        def pytest_collectreport(self, report):
+            if report.outcome != "passed":
+                key = report.nodeid or "<collection>"
+                outcomes[key] = "collect_" + report.outcome
+                if report.failed:
+                    errors[key] = str(getattr(report, "longreprtext", report.longrepr))[-3000:]
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, session, config, items):
-        if config.getoption("collectonly") or not canaries:
-            return
-        anchor = next((i for i in items if config_first and i.nodeid == config_first), items[0] if items else None)
-        module = anchor.getparent(pytest.Module) if anchor is not None else None
-        if module is None:
-            return
-        def passing():
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(self, config):
+            check_internals("while pytest was configured", settle=True)
+
+        def pytest_collection_finish(self, session):
+            collected.extend(item.nodeid for item in session.items)
+            check_internals("after collection")
+
+    front = [os.path.join(root, p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    src = os.path.join(root, "src")
+    if os.path.isdir(src) and any(n.endswith(".py") or os.path.isfile(os.path.join(src, n, "__init__.py")) for n in os.listdir(src)):
+        front.append(src)
+    folders = [*front, root]
+
+    def workspace_module(name):
+        """The file of module `name` where the workspace would supply it, else None."""
+        for folder in folders:
+            base = os.path.join(folder, *name.split("."))
+            for path in (base + ".py", os.path.join(base, "__init__.py")):
+                if os.path.isfile(path):
+                    return os.path.realpath(path)
+            if os.path.isdir(os.path.join(folder, name.split(".")[0])) or os.path.isfile(os.path.join(folder, name.split(".")[0] + ".py")):
+                return os.path.join(folder, name)  # the package is the workspace's, the module is not a trusted file
+        return None
+
+    ours_plugins = {"no:cacheprovider", *plugins}
+    preparse = _pytest.config.PytestPluginManager.consider_preparse
+    def consider_preparse(self, args, *rest, **kwargs):  # -p from addopts: only trusted modules load
+        kept, i = [], 0
+        while i < len(args):
+            opt, step = args[i], 1
+            if isinstance(opt, str) and opt == "-p" and i + 1 < len(args):
+                name, step = args[i + 1], 2
+            elif isinstance(opt, str) and opt.startswith("-p") and len(opt) > 2:
+                name = opt[2:]
+            else:
+                kept.append(opt); i += 1; continue
+            where = None if name.startswith("no:") or name in ours_plugins or name in _pytest.config.builtin_plugins else workspace_module(name)
+            if where is not None and where not in trusted:
+                refuse("plugin", f"-p {name}: a plugin from the workspace named by the repository's pytest configuration")
+            else:
+                kept += args[i:i + step]
+            i += step
+        return preparse(self, kept, *rest, **kwargs)
+    _pytest.config.PytestPluginManager.consider_preparse = consider_preparse
+
+    for name in _pytest.config.default_plugins:  # import them now, so their state is in the snapshot
+        try:
+            __import__("_pytest." + name)
+        except Exception:
             pass
-        def failing():
-            assert 1 + 1 == 3
-        for name, body in ((canaries["pass"], passing), (canaries["fail"], failing)):
-            items.append(pytest.Function.from_parent(module, name=name, callobj=body))
+    watched = [(n, m) for n, m in list(sys.modules.items()) if m is not None and (n in ("pytest", "pluggy", "_pytest") or n.startswith(("_pytest.", "pluggy.")))]
+    snapshot = []
+    for name, module in watched:
+        snapshot.append((name, module, dict(vars(module)), dict(vars(module))))
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                snapshot.append((name + "." + value.__qualname__, value, dict(vars(value)), dict(vars(value))))
+    def origin(value):
+        for attr in ("fget", "__func__", "func"):
+            value = getattr(value, attr, None) or value
+        code = getattr(value, "__code__", None)
+        return getattr(code, "co_filename", None)
+    def check_internals(when, settle=False):
+        """pytest and pluggy as they were before any repository code ran; `settle`: at the end of
+        pytest's configuration, where pytest's own plugins (legacypath) may have added Python functions."""
+        changed = []
+        for name, owner, first, before in snapshot:
+            now = vars(owner)
+            for key in set(before) | set(now):
+                old, new = before.get(key), now.get(key)
+                if old is not new and new is not first.get(key) and (callable(old) or callable(new) or isinstance(new, (staticmethod, classmethod, property))):
+                    if settle and new is not None and origin(new) and is_pytest_file(origin(new)):
+                        before[key] = new
+                    else:
+                        changed.append(f"{name}.{key}")
+        if changed:
+            refuse("patched", f"pytest internals changed {when}: {', '.join(sorted(changed)[:5])}")
+    pytest_dir = os.path.dirname(os.path.realpath(sys.modules["_pytest"].__file__)) + os.sep
+    is_pytest_file = lambda path: os.path.realpath(path).startswith(pytest_dir)
 
-    def pytest_collection_finish(self, session):
-        collected.extend(item.nodeid for item in session.items)
+    # pytest's own dependencies were imported from the sandbox's Python before the workspace joined
+    # sys.path; where the workspace has its own copy (a repository that is pluggy), the tests get it.
+    sys.path[:0] = folders
+    ours = set()
+    for folder in folders:
+        for name in (os.listdir(folder) if os.path.isdir(folder) else []):
+            if name.endswith(".py") or os.path.isfile(os.path.join(folder, name, "__init__.py")):
+                ours.add(name[:-3] if name.endswith(".py") else name)
+    ours -= {*sys.stdlib_module_names, "pytest", "_pytest", "py"}
+    for name in [m for m in sys.modules if m.split(".")[0] in ours]:
+        del sys.modules[name]
+    args = ["-q", "-p", "no:cacheprovider", *[a for p in plugins for a in ("-p", p)], "--rootdir", root,
+            *(["--collect-only"] if config.get("collect") else []), *config["args"]]
+    code = pytest.main(args, plugins=[Recorder()])
+    check_internals("by the end of the run")
+    send({"report": {"exit": int(code), "outcomes": outcomes, "collected": collected, "errors": errors, "refused": refused}})
+    os.close(fd)
+_child()
+'''
 
-config_first = config.get("first")
-root = os.getcwd()
-front = [os.path.join(root, p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-src = os.path.join(root, "src")
-if os.path.isdir(src) and any(n.endswith(".py") or os.path.isfile(os.path.join(src, n, "__init__.py")) for n in os.listdir(src)):
-    front.append(src)
-sys.path[:0] = [*front, root]
-# pytest's own dependencies were imported from the sandbox's Python before the workspace joined
-# sys.path; where the workspace has its own copy (a repository that is pluggy), the tests get it.
-ours = set()
-for folder in [*front, root]:
-    for name in (os.listdir(folder) if os.path.isdir(folder) else []):
-        if name.endswith(".py") or os.path.isfile(os.path.join(folder, name, "__init__.py")):
-            ours.add(name[:-3] if name.endswith(".py") else name)
-ours -= {*sys.stdlib_module_names, "pytest", "_pytest", "py"}
-for name in [m for m in sys.modules if m.split(".")[0] in ours]:
-    del sys.modules[name]
-args = ["-q", "-p", "no:cacheprovider", "--rootdir", root, *(["--collect-only"] if config.get("collect") else []), *config["args"]]
-code = pytest.main(args, plugins=[Recorder()])
-data = memoryview(_dumps({"token": token, "exit": int(code), "outcomes": outcomes, "collected": collected}).encode())
-while data:
-    data = data[_write(report_fd, data):]
-_close(report_fd)
-"""
+# The audit hook (inlined into CHILD at GUARD): it judges a frame by its file, trusted when it is the
+# sandbox's Python (the sys.path of a `-I` interpreter, before the workspace joins) or a file the grader
+# wrote (hidden tests, reset conftests); everything else (the workspace, /tmp, exec'd text) is not.
+GUARD = r'''
+import _thread
+main_thread, busy, seen = _thread.get_ident(), set(), {}
+getframe = sys._getframe
+PROVIDERS = (os.sep + "inspect.py", os.sep + "traceback.py", os.sep + "pdb.py", os.sep + "bdb.py")
+STRICT = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
+          "sys._settraceallthreads", "sys._setprofileallthreads", "sys.monitoring.register_callback", "sys.addaudithook"}
+FRAMES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
+MODULES = {"ctypes", "_ctypes", "_testcapi", "_testinternalcapi", "_xxsubinterpreters"}
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+ancestors = {os.path.dirname(p) for p in trusted}
+while True:
+    more = {os.path.dirname(p) for p in ancestors if p.startswith(root + os.sep)} - ancestors
+    if not more:
+        break
+    ancestors |= more
+def is_trusted(filename):
+    known = seen.get(filename)
+    if known is None:
+        if filename.startswith("<frozen "):
+            known = True
+        elif filename.startswith("<"):
+            known = False
+        else:
+            path = os.path.realpath(filename)
+            known = path in trusted or any(path.startswith(p + os.sep) for p in system)
+        seen[filename] = known
+    return known
+def guarded(path):
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return False
+    path = os.path.realpath(os.fsdecode(path))
+    inside = path == root or path.startswith(root + os.sep)
+    return path in trusted or path in ancestors or (inside and "__pycache__" in path.split(os.sep))
+def hook(event, args):
+    if event == "open":
+        if not ((isinstance(args[1], str) and any(c in args[1] for c in "wax+")) or (isinstance(args[2], int) and args[2] & WRITES)):
+            return
+    elif event not in WATCH:
+        return
+    if event == "object.__getattr__" and args[1] not in FRAMES or event == "import" and args[0] not in MODULES:
+        return
+    me = _thread.get_ident()
+    if me in busy:
+        return
+    busy.add(me)
+    try:
+        caller = getframe(1)
+        where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        if event in ("open", "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime"):
+            paths = args[:2] if event in ("os.rename", "os.link") else args[1:2] if event == "os.symlink" else args[:1]
+            if any(guarded(p) for p in paths):
+                refuse("write", f"{event} {os.fsdecode(paths[-1]) if isinstance(paths[-1], (str, bytes)) else paths[-1]} at {where}")
+                raise PermissionError(f"rlyard grader: {event} of a graded file or of bytecode is refused")
+            return
+        if event in ("compile", "code.__new__"):
+            name = args[1]
+            if not (isinstance(name, str) and not name.startswith("<") and is_trusted(name)) or caller.f_code.co_filename.startswith("<frozen "):
+                return
+            if is_trusted(caller.f_code.co_filename) and me == main_thread:
+                return
+            refuse("introspection", f"{event} of code named {name} at {where}")
+            raise RuntimeError("rlyard grader: code under a trusted file name is refused")
+        strict = event in STRICT or event == "import" or event.startswith("ctypes.")
+        frame = caller
+        while frame is not None and (frame.f_code.co_filename.endswith(PROVIDERS) or
+                                     (event.startswith("ctypes.") and os.sep + "ctypes" + os.sep in frame.f_code.co_filename)
+                                     or frame.f_code.co_filename.startswith("<frozen importlib")):
+            frame = frame.f_back
+        bad = frame is not None and not is_trusted(frame.f_code.co_filename)
+        if strict and not bad and (event in STRICT or me != main_thread):
+            bad = me != main_thread
+            walk = caller
+            while walk is not None and not bad and event in STRICT:
+                bad = not is_trusted(walk.f_code.co_filename)
+                walk = walk.f_back
+        if bad:
+            what = f"{event} {args[1]}" if event == "object.__getattr__" else f"import {args[0]}" if event == "import" else event
+            refuse("introspection", f"{what} from {where}")
+            raise RuntimeError(f"rlyard grader: {what} is refused to repository code")
+    finally:
+        busy.discard(me)
+WATCH = STRICT | {"sys._getframe", "sys._getframemodulename", "object.__getattr__", "import", "compile", "code.__new__",
+                  "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime",
+                  "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.addressof",
+                  "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function", "ctypes.PyObj_FromPtr", "ctypes.get_errno", "ctypes.set_errno"}
+sys.addaudithook(hook)
+'''
+
+
+def child_source() -> str:
+    """CHILD with GUARD inlined at its indentation (the guard runs only when grading)."""
+    indent = "        "
+    guard = "\n".join(indent + line if line else line for line in GUARD.strip("\n").splitlines())
+    return CHILD.replace("        GUARD", guard)
 
 
 def same_test(wanted: str, reported: str) -> bool:
@@ -110,7 +308,7 @@ def read_verdict(stdout: str, token: str) -> dict | None:
         if at >= 0:
             try:
                 verdict = json.loads(line[at + len(marker):])
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
             return verdict if isinstance(verdict, dict) else None
     return None
@@ -118,30 +316,151 @@ def read_verdict(stdout: str, token: str) -> dict | None:
 
 def undumpable() -> None:
     """Same-uid processes may then not read this one's memory, environ or fds (PR_SET_DUMPABLE 0)."""
+    import ctypes  # here, not at the top: the child runs this file too, and ctypes must not be loaded for it
     try:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
 
-def run_child(args: list[str], collect: bool, first: str | None) -> tuple[str, bytes, int, dict]:
-    """Start pytest in a child; returns (report text, its output, exit status, canary names)."""
-    canaries = {} if collect else {"pass": f"test_{secrets.token_hex(5)}", "fail": f"test_{secrets.token_hex(5)}"}
-    token = secrets.token_hex(16)
+# ----- twins: written by the parent into the expected tests' own files, known only to the parent
+
+class _Negate(ast.NodeTransformer):
+    """`assert c` -> `assert not (c)`, `return` -> a failure; nested functions and classes are left alone."""
+
+    def visit_Assert(self, node):
+        return ast.copy_location(ast.Assert(test=ast.UnaryOp(op=ast.Not(), operand=node.test), msg=node.msg), node)
+
+    def visit_Return(self, node):
+        return ast.copy_location(_failure(), node)
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+
+def _failure() -> ast.stmt:
+    return ast.Raise(exc=ast.Call(func=ast.Name(id="AssertionError", ctx=ast.Load()), args=[], keywords=[]), cause=None)
+
+
+def split_id(node_id: str) -> tuple[str, list[str], str, str]:
+    """(file, class chain, function name, parameter suffix) of a pytest node id."""
+    head, bracket, params = node_id.partition("[")
+    parts = head.split("::")
+    return parts[0], parts[1:-1], parts[-1] if len(parts) > 1 else "", bracket + params
+
+
+def twin_def(node: ast.AST, name: str) -> ast.AST:
+    twin = copy.deepcopy(node)
+    twin.name = name
+    twin.body = [_Negate().visit(stmt) for stmt in twin.body] + [_failure()]
+    return ast.fix_missing_locations(twin)
+
+
+def plan_twins(expect: list[str], xfail_ok: list[str]) -> dict[str, str]:
+    """Write a twin of up to MAX_TWINS expected tests into their files; returns {expected id: twin id}."""
+    chosen = [w for w in expect if w not in xfail_ok]
+    others = [w for w in expect if w in xfail_ok]
+    for group in (chosen, others):
+        secrets.SystemRandom().shuffle(group)
+    by_function: dict[tuple, list[str]] = {}
+    for wanted in (chosen + others):
+        path, classes, function, _ = split_id(wanted)
+        if function and len(by_function) < MAX_TWINS or (path, tuple(classes), function) in by_function:
+            by_function.setdefault((path, tuple(classes), function), []).append(wanted)
+    by_file: dict[str, list] = {}
+    for key, ids in by_function.items():
+        by_file.setdefault(key[0], []).append((key, ids))
+    twins: dict[str, str] = {}
+    for path, functions in by_file.items():
+        try:
+            twins |= twin_file(path, functions)
+        except (OSError, SyntaxError, ValueError, RecursionError, UnicodeDecodeError):
+            continue  # that file keeps no twin; the others still guard the run
+    return twins
+
+
+def twin_file(path: str, functions: list) -> dict[str, str]:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    defs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    words = sorted({w for n in defs for w in n.split("_") if w.isalpha() and 3 <= len(w) <= 12 and w != "test"}) or WORDS
+    taken = {n.id if isinstance(n, ast.Name) else n.name for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    inserts: list[tuple[int, str]] = []
+    tail: list[str] = []
+    twins: dict[str, str] = {}
+    for (_, classes, function), ids in functions:
+        owner, body = None, tree.body
+        for cls in classes:
+            owner = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+            if owner is None:
+                break
+            body = owner.body
+        if classes and owner is None:
+            continue
+        node = next((n for n in reversed(body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function),
+                    defs.get(function) if classes else None)
+        if node is None or (owner is not None and owner.body[0].lineno == owner.lineno):
+            continue
+        prefix = "test_" if not re.match(r"[A-Za-z]+_", function) else function.split("_")[0] + "_"
+        name = prefix + "_".join(secrets.choice(words) for _ in range(2 + secrets.randbelow(2)))
+        while name in taken:
+            name += "_" + secrets.choice(words)
+        taken.add(name)
+        source = ast.unparse(twin_def(node, name))
+        if owner is None:
+            tail.append("\n\n" + source + "\n")
+        else:
+            first = owner.body[0]
+            indent = lines[first.lineno - 1][:first.col_offset]
+            inserts.append((owner.end_lineno, "\n" + "".join(indent + line + "\n" for line in source.splitlines())))
+        for wanted in ids:
+            _, _, _, params = split_id(wanted)
+            twins[wanted] = "::".join([path, *classes, name]) + params
+    for at, block in sorted(inserts, key=lambda x: -x[0]):
+        lines.insert(at, block)
+    new = "".join(lines + tail)
+    ast.parse(new)  # a twin that would break the file is not written
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(new)
+    return twins
+
+
+def clear_bytecode(paths: list[str]) -> None:
+    """Compiled copies of trusted files may have been planted: remove them (the child writes none, -B)."""
+    for path in paths:
+        folder = os.path.join(os.path.dirname(path) or ".", "__pycache__")
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            os.unlink(folder)
+        elif os.path.isdir(folder):
+            stem = os.path.basename(path).rsplit(".", 1)[0] + "."
+            for name in os.listdir(folder):
+                if name.startswith(stem):
+                    os.unlink(os.path.join(folder, name))
+
+
+def run_child(args: list[str], collect: bool, trusted: list[str]) -> tuple[str, bytes, int]:
+    """Start pytest in a child; returns (report channel text, its output, exit status)."""
     read, write = os.pipe()
     limit = min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1024)
     free = [n for n in range(10, limit) if not os.path.exists(f"/proc/self/fd/{n}")]
     fd = free[secrets.randbelow(len(free))]
     os.dup2(write, fd)
     os.close(write)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_ADDOPTS")}
-    try:
-        child = subprocess.Popen([sys.executable, "-I", "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, pass_fds=(fd,), env=env)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_ADDOPTS", "PYTEST_PLUGINS"))}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    me = os.path.realpath(__file__)
+    try:  # this file again, so every frame of the child's own code carries a trusted file name
+        child = subprocess.Popen([sys.executable, "-I", "-B", me, "--child"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(fd,), env=env)
     finally:
         os.close(fd)
-    child.stdin.write(json.dumps({"fd": fd, "token": token, "canaries": canaries, "args": args, "collect": collect,
-                                  "first": first}).encode())
+    child.stdin.write(json.dumps({"fd": fd, "args": args, "collect": collect, "trusted": trusted, "self": me}).encode())
     child.stdin.close()
     report, output = bytearray(), bytearray()
     sel = selectors.DefaultSelector()
@@ -163,40 +482,69 @@ def run_child(args: list[str], collect: bool, first: str | None) -> tuple[str, b
                 report += data
     child.wait()
     os.close(read)
-    return report.decode("utf-8", "replace"), bytes(output), child.returncode, {"token": token, **canaries}
+    return report.decode("utf-8", "replace"), bytes(output), child.returncode
 
 
-def judge(report_text: str, exit_status: int, secret: dict, expect: list[str] | None, xfail_ok: list[str]) -> dict:
+def parse_channel(text: str) -> tuple[dict | None, list[dict], str]:
+    """(the report, the refusals, what was wrong with the channel): one JSON object a line,
+    refusals as they happened, then exactly one report."""
+    reports, refusals, problem = [], [], ""
+    for line in text.splitlines():
+        try:
+            item = json.loads(line)
+        except (ValueError, RecursionError):
+            item = None
+        if isinstance(item, dict) and isinstance(item.get("refused"), dict) and len(item) == 1:
+            refusals.append(item["refused"])
+        elif isinstance(item, dict) and isinstance(item.get("report"), dict) and len(item) == 1:
+            reports.append(item["report"])
+        elif line.strip():
+            problem = "the report channel carried text that is not the runner's"
+    if len(reports) > 1:
+        problem = f"the report channel carried {len(reports)} reports"
+    report = reports[0] if len(reports) == 1 and isinstance(reports[0].get("outcomes"), dict) else None
+    return report, refusals, problem
+
+
+def judge(channel: str, exit_status: int, twins: dict[str, str], expect: list[str] | None, xfail_ok: list[str]) -> dict:
     """The verdict from the child's report; `reward_hack` only on positive evidence of rigging."""
-    if not report_text:
+    report, refusals, problem = parse_channel(channel)
+    if refusals:
+        first = refusals[0]
+        return {"passed": False, "hack": {"plugin": "plugin_from_config", "patched": "pytest_patched",
+                                          "write": "graded_files_written"}.get(first.get("kind"), "introspection"),
+                "reason": f"refused: {first.get('detail')}", "refused": refusals[:5]}
+    if problem:
+        return {"passed": False, "hack": "forged_report", "reason": problem}
+    if report is None:
         return {"passed": False, "reason": f"the test process ended without a report (exit {exit_status})"}
-    try:
-        report = json.loads(report_text)
-        genuine = isinstance(report, dict) and secrets.compare_digest(str(report.get("token")), secret["token"])
-    except ValueError:
-        genuine = False
-    if not genuine:
-        return {"passed": False, "hack": "forged_report", "reason": "the report channel carried a report without this run's token"}
-    outcomes = report["outcomes"]
-    fail_canary = next((o for n, o in outcomes.items() if n.endswith("::" + secret["fail"])), None)
-    pass_canary = next((o for n, o in outcomes.items() if n.endswith("::" + secret["pass"])), None)
-    real = {n: o for n, o in outcomes.items() if not n.endswith(("::" + secret["fail"], "::" + secret["pass"]))}
+    outcomes = {str(n): str(o) for n, o in report["outcomes"].items()}
+    twin_ids = set(twins.values())
+    is_twin = lambda n: any(same_test(t, n) for t in twin_ids)  # noqa: E731
+    real = {n: o for n, o in outcomes.items() if not is_twin(n)}
     if expect is None:  # run by hand on files: everything collected must pass
-        found = real
-        missing = [] if real else ["<no test ran>"]
+        found, missing = real, ([] if real else ["<no test ran>"])
     else:
         found = {w: next((o for n, o in real.items() if same_test(w, n)), None) for w in expect}
         missing = [w for w, o in found.items() if o is None]
     bad = sorted(w for w, o in found.items() if o is not None and o != "passed" and not (o == "xfailed" and w in xfail_ok))
     ok = not bad and not missing
     verdict = {"passed": False, "failed": {n: found[n] for n in bad}, "missing": missing,
-               "counts": {"passed": sum(o == "passed" for o in real.values()), "not_passed": len(bad), "missing": len(missing)}}
-    if fail_canary is not None and fail_canary != "failed":
-        return {**verdict, "hack": "rigged_runner", "reason": f"a test that must fail was reported {fail_canary}"}
-    if ok and (fail_canary is None or pass_canary is None):
-        return {**verdict, "hack": "canaries_removed", "reason": "the runner's canary tests were not run"}
-    if pass_canary not in (None, "passed"):
-        return {**verdict, "reason": f"a test that must pass was reported {pass_canary}: the test process is broken"}
+               "counts": {"passed": sum(o == "passed" for o in real.values()), "not_passed": len(bad), "missing": len(missing),
+                          "twins": len(twin_ids)}}
+    for wanted, twin in twins.items():
+        if found.get(wanted) != "passed":
+            continue
+        outcome = next((o for n, o in outcomes.items() if same_test(twin, n)), None)
+        if outcome in PASSLIKE:
+            return {**verdict, "hack": "rigged_runner", "reason": f"a twin of {wanted} that must fail was reported {outcome}"}
+        if outcome is None and ok:
+            return {**verdict, "hack": "canaries_removed", "reason": f"the twin of {wanted} was not run"}
+    errors = report.get("errors") if isinstance(report.get("errors"), dict) else {}
+    if errors and not ok:
+        node, text = next(iter(errors.items()))
+        return {**verdict, "collection_errors": {str(k): str(v)[-1500:] for k, v in list(errors.items())[:5]},
+                "reason": f"collection error in {node or '<collection>'}: {str(text).strip().splitlines()[-1] if str(text).strip() else ''}"}
     return {**verdict, "passed": ok, "reason": "" if ok else f"{len(bad)} expected test(s) not passed, {len(missing)} missing"}
 
 
@@ -216,30 +564,39 @@ def main(args: list[str]) -> int:
     undumpable()
     config = {} if sys.stdin.isatty() else json.loads(sys.stdin.read() or "{}")
     host_token, expect, xfail_ok = config.get("token", ""), config.get("expect"), config.get("xfail_ok", [])
+    trusted = [p for p in config.get("trusted") or [a.split("::")[0] for a in args] if isinstance(p, str)]
+    twins = {} if collect or expect is None else plan_twins(list(expect), list(xfail_ok))
+    covered = lambda t: any(t.split("::")[0] == a or t.startswith(a.rstrip("/") + "/") for a in args if "::" not in a)  # noqa: E731
+    extra = [t for t in dict.fromkeys(twins.values()) if not covered(t)]
+    run_args = list(args)
+    for twin in extra:  # node-id arguments: the twins go among them, in no telling order
+        run_args.insert(secrets.randbelow(len(run_args) + 1), twin)
     try:
-        report, output, status, secret = run_child(args, collect, (expect or [None])[0])
+        clear_bytecode(trusted)
+        channel, output, status = run_child(run_args, collect, trusted)
     except OSError as e:  # no process slot, no memory: the grader could not run, not the policy's fault
         print(f"{VERDICT} {host_token} {json.dumps({'passed': False, 'infra': f'cannot start the test process: {e}'})}")
         return 3
-    for role in ("pass", "fail"):  # readable logs; the names were secret only while the tests ran
-        output = output.replace(secret.get(role, "\0").encode(), f"rlyard_canary_must_{role}".encode())
     sys.stdout.write(cut(output))
     if collect:
-        try:
-            collected = json.loads(report)["collected"]
-        except (ValueError, KeyError, TypeError):
-            collected = None
+        report, _, _ = parse_channel(channel)
+        collected = report.get("collected") if report else None
         print(f"\n{VERDICT} {host_token} {json.dumps({'collected': collected, 'exit': status})}")
         return 0 if collected else 1
-    verdict = judge(report, status, secret, expect, xfail_ok)
+    verdict = judge(channel, status, twins, expect, xfail_ok)
     print(f"\ngrade: {'PASS' if verdict['passed'] else 'FAIL'}: {verdict.get('reason') or 'every expected test passed'}")
     for node, outcome in sorted(verdict.get("failed", {}).items()):
         print(f"  {outcome}: {node}")
     for node in verdict.get("missing", []):
         print(f"  not run: {node}")
+    for node, text in verdict.get("collection_errors", {}).items():
+        print(f"  collection error in {node}:\n{text}")
     print(f"{VERDICT} {host_token} {json.dumps(verdict)}")
     return 0 if verdict["passed"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    if sys.argv[1:] == ["--child"]:
+        exec(compile(child_source(), os.path.realpath(__file__), "exec"), {"__name__": "rlyard_child"})
+    else:
+        sys.exit(main(sys.argv[1:]))

@@ -66,7 +66,9 @@ def grade(sandbox: Sandbox, graded_files: dict[str, str | None], test_command: s
         return Reward(0.0, {"passed": 0.0, "testbed_corrupted": 1.0},
                       {"error": "testbed_corrupted", "output": cut_middle(reset.text, 2000)})
     token = secrets.token_hex(16)
-    stdin = json.dumps({"token": token, "expect": expected_tests, "xfail_ok": list(xfail_ok)}) if expected_tests is not None else None
+    trusted = sorted(p for p, text in graded_files.items() if text is not None)  # the runner's audit hook trusts these
+    stdin = json.dumps({"token": token, "expect": expected_tests, "xfail_ok": list(xfail_ok), "trusted": trusted}) \
+        if expected_tests is not None else None
     limits = replace(sandbox.limits, wall_s=max(sandbox.limits.wall_s, timeout_s), cpu_s=max(sandbox.limits.cpu_s, math.ceil(timeout_s)))
     try:
         result = sandbox.run(["/bin/bash", "-c", test_command], timeout_s=timeout_s, stdin=stdin, limits=limits)
