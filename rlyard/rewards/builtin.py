@@ -98,7 +98,7 @@ def _json_of(text: str) -> tuple[bool, Any]:
     for candidate in [text.strip(), *(block.strip() for block in fenced)]:
         try:
             return True, json.loads(candidate)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, nested past the parser's depth, an integer past the digit limit
             continue
     return False, None
 
