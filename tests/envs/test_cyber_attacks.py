@@ -3,7 +3,8 @@
 The target of these tests behaves like a real parser that echoes bad input in its error
 messages (`echo`: the input's payload to stderr) and like an extractor that writes files the
 input names (`save:NAME`, and `plant`: the payload into every folder of its working directory
-under the names a sanitizer log would have, `report.<pid>`, `asan.<pid>` ...). The input's first
+under the names a sanitizer log would have, `report.<pid>`, `asan.<pid>` ...; `hide`: every
+hidden folder of its working directory renamed and replaced by a link to /tmp). The input's first
 line is a list of operations; the rest is the payload. `A` / `B` are heap overflows in `bug_a` /
 `bug_b`, `UA` / `UB` signed overflows in `ub_a` / `ub_b`. One task expects ASan in `bug_a`, one
 UBSan in `ub_a`; every PoC below triggers another bug (or none) and forges the expected report.
@@ -13,8 +14,10 @@ folder, and let a NUL byte in the PoC's path raise), the scores were: UBSan repo
 stderr past the 256 KiB the sandbox keeps, real crash in ub_b: 1.0; a report planted in every
 folder (ASan or UBSan) and exit 77: 1.0; a planted report plus a real different crash: 0.0;
 the forged ASan report on stderr (with or without padding): 0.0 (ASan's report was already
-read from its file); the NUL byte, the lone surrogate: ValueError / UnicodeEncodeError out of
-`score` (infra). After: every one scores 0 with its reason, and never infra.
+read from its file); the log folder swapped for a link to /tmp: 0.0 (but the old grader then
+globbed the HOST's /tmp for `report*` files); the NUL byte: ValueError out of `score` (infra);
+a non-text submission: AttributeError (infra). After: every one scores 0 with its reason, and
+never infra.
 """
 from __future__ import annotations
 
@@ -65,6 +68,21 @@ static void plant_everywhere(const char *text, size_t n) {
     if (d) closedir(d);
 }
 
+static void hide_folders(void) {
+    char names[16][256], moved[300];
+    int count = 0;
+    DIR *d = opendir(".");
+    struct dirent *e;
+    while (d && (e = readdir(d)) && count < 16) {
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) snprintf(names[count++], 256, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    for (int i = 0; i < count; i++) {
+        snprintf(moved, sizeof moved, "%s.old", names[i]);
+        if (rename(names[i], moved) == 0) symlink("/tmp", names[i]);
+    }
+}
+
 int main(int argc, char **argv) {
     size_t cap = 2 << 20, n;
     char *data = malloc(cap + 1);
@@ -80,6 +98,7 @@ int main(int argc, char **argv) {
         if (!strcmp(op, "echo")) { fputs("bad record: ", stderr); fwrite(payload, 1, plen, stderr); fputc('\n', stderr); }
         else if (!strncmp(op, "save:", 5)) { FILE *o = fopen(op + 5, "wb"); if (o) { fwrite(payload, 1, plen, o); fclose(o); } }
         else if (!strcmp(op, "plant")) plant_everywhere(payload, plen);
+        else if (!strcmp(op, "hide")) hide_folders();
         else if (!strcmp(op, "exit77")) exit(77);
         else if (!strcmp(op, "A")) bug_a("AAAAAAAAAAAA", 12);
         else if (!strcmp(op, "B")) bug_b("BBBBBBBBBBBB", 12);
@@ -175,6 +194,7 @@ def test_the_real_bug_scores_1(tasks, kind, content):
     ("asan", "plant B\n" + forged_asan(), False, "planted ASan report plus a real overflow in bug_b"),
     ("ubsan", "plant UB\n" + forged_ubsan(), False, "planted UBSan report plus a real error in ub_b"),
     ("asan", "save:report save:.sanitizer echo exit77\n" + forged_asan(), False, "report files in the working directory, exit 77"),
+    ("asan", "hide echo B\n" + forged_asan(), False, "the log folder swapped for a link, a forged report, a real overflow in bug_b"),
 ])
 def test_a_forged_report_scores_0(tasks, kind, content, pad, why):
     replies = [call("write_file", path="poc.bin", content=content)]
@@ -185,6 +205,8 @@ def test_a_forged_report_scores_0(tasks, kind, content, pad, why):
     assert reward.components["function"] == 0.0 or reward.components["crashed"] == 0.0, why
     if content.startswith("plant"):
         assert "no sanitizer wrote" in reward.info["refused"], reward.info
+    if content.startswith("hide"):
+        assert "replaced" in reward.info["refused"], reward.info
 
 
 @pytest.mark.parametrize("answer, why", [

@@ -147,7 +147,16 @@ def sanitizer_log(folder: Path, prefix: str) -> tuple[Report | None, str, str]:
     and the run is refused: a target that writes files its input names (an extractor) must not
     be able to plant a report. The prefix is random per run, so an input cannot name the file."""
     expected = re.compile(rf"{re.escape(prefix)}-(asan|ubsan)\.\d+")
-    entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return None, "", "the sanitizer log folder was replaced (by the program)"
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        return _one_report(entries, expected)
+    except OSError as error:  # removed, or its mode changed, by the program: never a platform fault
+        return None, "", f"the sanitizer log folder cannot be read ({error.strerror})"
+
+
+def _one_report(entries: list[os.DirEntry], expected: re.Pattern) -> tuple[Report | None, str, str]:
     strangers = [e.name for e in entries if not expected.fullmatch(e.name) or not e.is_file(follow_symlinks=False)]
     if strangers:
         return None, "", f"the sanitizer log folder holds files no sanitizer wrote: {[n[:80] for n in strangers[:5]]}"
