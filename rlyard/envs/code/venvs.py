@@ -5,17 +5,23 @@ pytest. A repository that needs packages gets a virtualenv made with that same i
 (`/usr/bin/python3 -m venv --system-site-packages --without-pip`, so Debian's pytest stays
 importable), its dependencies installed by the host's pip (`pip --python VENV/bin/python
 install ...`), and is cached under `$RLYARD_CACHE/code-venvs/<name>-<hash>` (default
-`~/.cache/rlyard`). The repository itself is never installed: the workspace copy is what the
-tests import. Nothing of the repository is executed on the host (setup.py is read with `ast`,
-never run).
+`~/.cache/rlyard`). Nothing of the repository runs on the host except its own build backend
+when the repository is installed (as `pip install` would run it); setup.py is read with `ast`.
 
-Where the dependencies come from, first match wins:
-    the row: `install` (a `pip install ...` command), `pip_packages`, `requirements`
-    (an empty list says: no package, do not read the metadata)
-    the repository at the base commit: pyproject.toml ([project] dependencies and the
-    test / tests / testing extras), setup.cfg (install_requires and those extras), setup.py
-    (literal install_requires), requirements*.txt at the root (not docs ones)
-A spec that comes out empty means no venv: the task keeps the sandbox's `python3`.
+Where the dependencies come from (`plan`), as SWE-bench does:
+    the row: `install` (`pip install ...` commands) plus `pip_packages` / `requirements`
+    (an empty list says: no package, no venv); an `install` that installs the repository
+    (`-e .`, `.[test]`) also brings the repository's own requirements below
+    else the repository at the base commit: pyproject.toml ([project] dependencies and the
+    test / tests / testing extras), setup.cfg (install_requires, tests_require, those extras),
+    setup.py (install_requires, tests_require, those extras; module-level variables followed),
+    and the requirement files `reqfiles.choose_files` keeps (root, requirements/ and the test
+    folder's; none of a tool's or of another Python version's); pins that cannot both hold
+    are refused, naming both files
+The repository itself is installed into the venv (non-editable, `--no-deps`) when the row asks
+(`install: pip install -e .`, `install_repo: true`) or its version is written from git at build
+time (setuptools-scm, hatch-vcs): the files that build writes into the tree reach the workspace.
+A spec that comes out empty, with no install, means no venv: the task keeps the sandbox's `python3`.
 """
 from __future__ import annotations
 
