@@ -12,8 +12,9 @@ Scores on the code before the fix (rlyard at 7f0f728, the same tests), per class
 - keyword salad on a summarise task: 0.78 with the honest judge, 1.0 rules-only; after: 0.0.
 - policy-made input: report.json nested 100,000 levels and a 500 KB answer to a judge with an
   8k context were infra (RecursionError; JudgeUnavailable after the endpoint's 400s); after: 0
-  with the reason, not infra. NUL bytes and invalid UTF-8 in answer.md and wrong-typed tool
-  arguments were not infra before either (kept as a guard).
+  with the reason, not infra; a lone surrogate in the submitted answer raised
+  UnicodeEncodeError out of `score` (infra); after: graded. NUL bytes and invalid UTF-8 in
+  answer.md and wrong-typed tool arguments were not infra before either (kept as a guard).
 """
 from __future__ import annotations
 
@@ -249,3 +250,5 @@ def test_nul_bytes_invalid_utf8_and_wrong_typed_arguments_are_not_infra(judged_t
     assert not binary.infra_error and binary.components["item/status"] == 1.0, binary.info
     typed = play(judged_task, call("read_file", path=["answer.md"]), call("grep", pattern={"x": 1}), call("submit", answer={"a": [1, 2]}))
     assert not typed.infra_error and typed.value == 0.0, typed.info
+    surrogate = play(judged_task, call("submit", answer="Thank you. Order ORD-7 has shipped \udc80 and left today.\nTotal: 42"))
+    assert not surrogate.infra_error and surrogate.components["item/status"] == 1.0, surrogate.info

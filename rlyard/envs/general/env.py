@@ -72,7 +72,7 @@ class GeneralEnv(ToolEnv):
         if os.path.lexists(path):
             return read_inside(self.workspace, ANSWER) or ""
         text = (self.submitted if self.submitted is not None else self.final_reply).strip()
-        path.write_text(text + "\n" if text else "")
+        path.write_text(text + "\n" if text else "", encoding="utf-8", errors="replace")  # a lone surrogate is the policy's
         return text
 
     def score(self) -> Reward:

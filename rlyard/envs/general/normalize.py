@@ -55,8 +55,10 @@ class Normalised:
 
 
 def _invisible(char: str) -> bool:
+    """Format characters, controls but newline and tab, and lone surrogates (which no encoder
+    takes: left in, they would make the judge's request fail as if the judge were down)."""
     category = unicodedata.category(char)
-    return category == "Cf" or (category == "Cc" and char not in _KEEP_CONTROLS)
+    return category in ("Cf", "Cs") or (category == "Cc" and char not in _KEEP_CONTROLS)
 
 
 def normalise(text: str) -> Normalised:
