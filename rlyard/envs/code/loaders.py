@@ -11,7 +11,10 @@ from local mirrors (`mirrors/<owner>__<name>`, `<owner>/<name>` or `<name>`); th
 exported without history. A SWE-bench row gets its own virtualenv when its repository needs
 packages (see `venvs.py`). A recipe record's `workdir` is a checkout (relative paths: under
 `mirrors`, else next to the data file); offline there is no container, so `image` is kept as
-metadata. A bad row is refused with one line naming the file, the row number and the field.
+metadata. A bad row is refused with one line naming the file, the row number and the field:
+a malformed row (RowError) stops the load; a well-formed row that cannot load here (RowLoadError:
+no mirror, a patch that does not apply, an environment that cannot be built) stops it too,
+unless the caller passes a `problems` list, as validate and make_tasks do, to go on without it.
 """
 from __future__ import annotations
 
