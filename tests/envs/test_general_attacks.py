@@ -22,6 +22,7 @@ import html
 import json
 import re
 import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ from starlette.routing import Route
 
 from rlyard.envs.general.env import GeneralEnv, grade
 from rlyard.envs.general.tasks import make_tasks
+from rlyard.envs.general.tools import run_query
 
 FUNCTION = set("the a an of to in on at for by with from and or but as is are was were be been it its this that "
                "which who not no so if because after before has have had".split())
@@ -252,3 +254,20 @@ def test_nul_bytes_invalid_utf8_and_wrong_typed_arguments_are_not_infra(judged_t
     assert not typed.infra_error and typed.value == 0.0, typed.info
     surrogate = play(judged_task, call("submit", answer="Thank you. Order ORD-7 has shipped \udc80 and left today.\nTotal: 42"))
     assert not surrogate.infra_error and surrogate.components["item/status"] == 1.0, surrogate.info
+
+
+def test_wrong_values_for_a_task_tool_get_an_error_message(tmp_path):
+    """The task's SQL tools take whatever the policy sends: an integer past 64 bits, a lone
+    surrogate, a NUL byte, a nested list, 500 KB of text; each is an error or no rows, never a raise."""
+    database = tmp_path / "db.sqlite"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE orders (order_id TEXT, status TEXT)")
+        connection.execute("INSERT INTO orders VALUES ('ORD-7', 'shipped')")
+    connection.close()
+    tool = {"name": "lookup_order", "parameters": {"order_id": {"type": "string"}},
+            "sql": "SELECT status FROM orders WHERE order_id = :order_id"}
+    assert "shipped" in run_query(database, tool, {"order_id": "ORD-7"}, 4000).content
+    for value in (10 ** 30, "ORD\udc80", "ORD-7\x00", [[[["ORD-7"]]]], "x" * 500_000, float("nan")):
+        output = run_query(database, tool, {"order_id": value}, 4000)
+        assert output.content.startswith("error:") or output.content == "no rows", (repr(value)[:40], output.content)
+

@@ -58,8 +58,8 @@ def run_query(database: Path, tool: dict, arguments: dict, max_chars: int) -> To
         cursor = connection.execute(tool["sql"], values)
         header = [column[0] for column in cursor.description or []]
         rows = cursor.fetchmany(MAX_ROWS + 1)
-    except sqlite3.Error as error:
-        return ToolOutput(f"error: {error}", error=True)
+    except (sqlite3.Error, OverflowError, UnicodeError) as error:  # an integer past 64 bits, a lone surrogate: the policy's
+        return ToolOutput(f"error: {type(error).__name__}: {error}", error=True)
     finally:
         connection.close()
     if not rows:
