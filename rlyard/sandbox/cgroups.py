@@ -242,10 +242,26 @@ class SandboxCgroup:
                      pids_refused=_keyed(pid / "pids.events").get("max", 0), memory_peak=peak)
 
     def close(self) -> None:
-        """Kill whatever is left in the cgroup, then remove it."""
+        """Kill whatever is left in the cgroup, drop the page cache it brought in, then remove it."""
         for folder in dict.fromkeys(self.dirs.values()):
             _kill_all(folder, self.backend.version)
+            if folder == self.dirs["memory"]:
+                self._drop_cache(folder)
             _remove(folder)
+
+    def _drop_cache(self, folder: Path) -> None:
+        """Evict the file pages this run was the first to read (they are charged to its cgroup).
+
+        A run that reads a cold chunk of a big system file leaves it in the page cache, and a
+        later run can tell by timing a read: one bit per chunk from one episode to the next
+        (issue 36). Pages that were cached before the run are charged elsewhere and stay, so
+        what is left says nothing about this run. Removing the cgroup would hand these pages
+        to the parent instead. tmpfs pages cannot go without swap and are handed over as before.
+        """
+        if self.backend.version == "v2":
+            _try_write(folder / "memory.reclaim", str(1 << 50))  # EAGAIN when not all of it could go: fine
+        else:
+            _try_write(folder / "memory.force_empty", "0")
 
 
 def _try_write(path: Path, value: str) -> None:
