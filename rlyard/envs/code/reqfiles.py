@@ -21,8 +21,10 @@ from typing import Any
 TOOL_WORDS = {"doc", "docs", "lint", "linting", "mypy", "typing", "types", "typecheck", "flake8", "pylint", "style",
               "format", "black", "isort", "precommit", "pre-commit", "bench", "benchmark", "benchmarks", "release",
               "publish", "deploy", "build", "min", "minimum", "oldest", "lowest", "upstream", "nightly", "security",
-              "coverage", "ci", "tox", "pip", "pip-tools", "constraints", "examples", "notebooks", "gui"}
+              "coverage", "ci", "tox", "pip", "pip-tools", "constraints", "examples", "notebooks", "gui", "typechecks",
+              "packaging", "dist", "wheel", "profile", "profiling", "perf", "sphinx", "rtd", "readthedocs"}
 TEST_WORDS = {"test", "tests", "testing"}
+DEV_WORDS = {"dev", "develop", "development"}
 TEST_FOLDERS = ("tests", "test", "testing")
 _GLUED_VERSION = re.compile(r"(?:^|[/_\-.])[a-z]+([23])(\d{1,2})(?=$|[/_\-.])")  # tests37, py311
 _VERSION = re.compile(r"(?:^|[/_\-.])(?:py|python|cp)?([23])(?:\.?(\d{1,2}))?(?=$|[/_\-.])")
@@ -79,7 +81,7 @@ def choose_files(listing: list[str], python: tuple[int, int]) -> list[str]:
         kept.append(path)
     folder = {p: p.rpartition("/")[0] for p in kept}
     tested = {folder[p] for p in kept if set(words_of(p)) & TEST_WORDS or folder[p] in TEST_FOLDERS}
-    kept = [p for p in kept if not ("dev" in words_of(p) and folder[p] in tested and not set(words_of(p)) & TEST_WORDS)]
+    kept = [p for p in kept if not (set(words_of(p)) & DEV_WORDS and folder[p] in tested and not set(words_of(p)) & TEST_WORDS)]
     return sorted(kept)
 
 
