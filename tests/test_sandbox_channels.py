@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlyard.agent.tools import ToolBox
-from rlyard.sandbox import Limits, Sandbox, cgroups
+from rlyard.sandbox import Limits, Sandbox, cgroups, mounts
 from rlyard.sandbox.sandbox import bwrap_works
 
 LIMITS = Limits(wall_s=40, cpu_s=20, memory_bytes=512 << 20, nproc=32, output_bytes=64 << 10)
@@ -54,12 +54,12 @@ def bash(box: Sandbox, script: str, name: str) -> str:
     return tools.call("bash", {"command": f"python3 {name}"}).content
 
 
-def overlapped(tmp_path: Path, holder: str, actor: str) -> tuple[str, str]:
+def overlapped(tmp_path: Path, holder: str, actor: str, ro_binds: tuple[Path, ...] = ()) -> tuple[str, str]:
     """Run `holder` until it has written `ready`, then `actor` to its end, then let `holder` finish."""
     boxes = []
     for name in ("holder", "actor"):
         (tmp_path / name).mkdir()
-        boxes.append(Sandbox(tmp_path / name, LIMITS, isolation="bwrap"))
+        boxes.append(Sandbox(tmp_path / name, LIMITS, isolation="bwrap", ro_binds=ro_binds))
     out: dict[str, str] = {}
     thread = threading.Thread(target=lambda: out.setdefault("holder", bash(boxes[0], holder, "holder.py")))
     thread.start()
@@ -121,11 +121,18 @@ print("BITS", got)
 
 
 @needs_bwrap
+@pytest.mark.skipif(not mounts.can_mount(), reason="a private view of the system tree needs root (docs/sandbox.md)")
 def test_lock_on_a_system_file_carries_nothing(tmp_path):
-    """flock / POSIX / OFD locks on /usr files, a /usr folder, /etc files and /dev/null, held
-    by one sandbox while another probes them."""
+    """flock / POSIX / OFD locks on /usr files, a /usr folder, /etc files, /dev/null and a
+    file in a shared read-only bind (a task's venv), held by one sandbox while another probes them."""
+    shared = tmp_path / "venv"
+    shared.mkdir()
+    (shared / "site.py").write_text("")
+    os.chmod(tmp_path, 0o755)
     sent = message()
-    held, got = overlapped(tmp_path, LOCK_SENDER % sent, LOCK_RECEIVER)
+    targets = ("LOCK_SENDER", "LOCK_RECEIVER")
+    sender, receiver = (globals()[t].replace('"/usr/bin"', repr(str(shared / "site.py"))) for t in targets)
+    held, got = overlapped(tmp_path, sender % sent, receiver, ro_binds=(shared,))
     assert "ready" not in held and "lock" not in held, held  # the sender's locks were granted (on its private view)
     assert "BITS " in got, got
     assert matches(sent, got) <= 12, f"the receiver read the sender's locks: sent {sent}\n{got}"
