@@ -121,3 +121,17 @@ def test_fallback_is_the_walk_and_says_so(tmp_path, monkeypatch, caplog):
     box = Sandbox(tmp_path / "ws", LIMITS, allow_unsafe=True)
     assert not os.path.ismount(tmp_path / "ws")
     box.close()
+
+
+@needs_quota
+def test_150000_files_at_the_default_quota(tmp_path):
+    """The issue's own figure against the default Limits (65,536 inodes beyond the task's files)."""
+    (tmp_path / "ws").mkdir()
+    box = Sandbox(tmp_path / "ws", Limits(wall_s=120, cpu_s=120), isolation="bwrap")
+    try:
+        out = call(box, "python3 -c \"\nfor i in range(150000): open(f'e{i}', 'w').close()\"")
+        assert "No space left on device" in out, out
+        assert len(os.listdir(box.workspace)) <= Limits().workspace_inodes
+    finally:
+        mounts.remove_workspace(box.workspace)
+        box.close()
