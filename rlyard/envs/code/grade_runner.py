@@ -389,7 +389,8 @@ def twin_file(path: str, functions: list) -> dict[str, str]:
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     defs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    words = sorted({w for n in defs for w in n.split("_") if w.isalpha() and 3 <= len(w) <= 12 and w != "test"}) or WORDS
+    words = sorted({w for n in defs for w in n.split("_") if w.isalpha() and 3 <= len(w) <= 12 and w != "test"})
+    words += WORDS if len(words) < 4 else []
     taken = {n.id if isinstance(n, ast.Name) else n.name for n in ast.walk(tree) if isinstance(n, (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     inserts: list[tuple[int, str]] = []
     tail: list[str] = []

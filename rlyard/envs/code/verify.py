@@ -18,6 +18,8 @@ from dataclasses import replace
 
 from rlyard.agent.loop import cut_middle
 from rlyard.envs.code.grade_runner import read_verdict
+from rlyard.envs.code.repo import RepoError
+from rlyard.envs.code.screen import screen_workspace
 from rlyard.sandbox import Sandbox, SandboxError
 from rlyard.types import Reward
 
@@ -51,13 +53,24 @@ print("rlyard-reset-ok")
 
 
 def grade(sandbox: Sandbox, graded_files: dict[str, str | None], test_command: str, timeout_s: float,
-          timeout_is_infra: bool = True, expected_tests: list[str] | None = None, xfail_ok: list[str] = ()) -> Reward:
+          timeout_is_infra: bool = True, expected_tests: list[str] | None = None, xfail_ok: list[str] = (),
+          base_source: dict | None = None) -> Reward:
     """Reset + test patch (`graded_files`: each touched path's expected text), then the tests.
 
     With `expected_tests` the command is rlyard's runner: it gets a fresh token and the exact
     node ids on stdin, and only its verdict line carrying that token counts. Without, the exit
-    code decides (the recipe's own test commands).
+    code decides (the recipe's own test commands). `base_source`: the task's trusted source; the
+    policy's changes against it are screened first (screen.py), and a finding scores 0 as `reward_hack`.
     """
+    if base_source is not None:
+        try:
+            findings = screen_workspace(sandbox.workspace, base_source, set(graded_files))
+        except (RepoError, OSError):  # the screen is defence in depth; the run-time guards still stand
+            findings = []
+        if findings:
+            return Reward(0.0, {"passed": 0.0, "testbed_corrupted": 0.0, "reward_hack": 1.0},
+                          {"error": f"reward_hack: static_screen: {findings[0]}", "screen": findings,
+                           "output": "static screen of the changes:\n" + "\n".join(findings)})
     try:
         reset = sandbox.run(["python3", "-I", "-c", _RESET], timeout_s=60, stdin=json.dumps(graded_files))
     except SandboxError as e:
