@@ -111,7 +111,7 @@ class CodeEnv(ToolEnv):
     def score(self) -> Reward:
         p = self.task.payload
         verdict = grade(self.sandbox, p["graded_files"], p["test_command"], p["timeout_s"], p["timeout_is_infra"],
-                        p.get("expected_tests"), p.get("xfail_ok", ()))
+                        p.get("expected_tests"), p.get("xfail_ok", ()), base_source=p["source"])
         extra = {"submitted": float(self.submitted is not None), "tool_calls": float(self.calls),
                  "malformed_calls": float(self.malformed), "guard_blocks": float(self.guard.blocks if self.guard else 0),
                  f"arm_{self.arm}": 1.0}
