@@ -14,7 +14,6 @@ Packages come from a wheel folder the test builds (pip --no-index): no network.
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import textwrap
 from pathlib import Path
@@ -267,7 +266,7 @@ def rows(tmp_path_factory):
     return source, mirrors, wheels, out
 
 
-def test_rows_that_cannot_load_are_reported_and_the_others_load(rows, tmp_path, monkeypatch, caplog):
+def test_rows_that_cannot_load_are_reported_and_the_others_load(rows, tmp_path, monkeypatch, capsys):
     from rlyard.envs.code.tasks import make_tasks
 
     source, mirrors, wheels, _ = rows
@@ -282,10 +281,28 @@ def test_rows_that_cannot_load_are_reported_and_the_others_load(rows, tmp_path, 
     assert "no local mirror of 'nobody/missing'" in str(problems[0]) and "field 'patch' does not apply" in str(problems[1])
     with pytest.raises(RowLoadError, match="row 3: no local mirror"):  # strict by default (load_records without a list)
         load_records(only, mirrors, {"build_venvs": False})
-    with caplog.at_level(logging.WARNING, logger="rlyard.envs.code.tasks"):
-        tasks = make_tasks("eval", 9, 0, source=str(only), mirrors=str(mirrors), eval_percent=100, build_venvs=False)
+    capsys.readouterr()
+    tasks = make_tasks("eval", 9, 0, source=str(only), mirrors=str(mirrors), eval_percent=100, build_venvs=False)
     assert [t.id for t in tasks] == ["pins", "clash"]
-    assert sum("skipped" in m and "no local mirror" in m for m in caplog.messages) == 1, caplog.messages
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(": row ")[1][:1] for line in err] == ["3", "4"] and all(line.startswith("rlyard: skipped: ") for line in err), err
+
+
+def test_envs_show_prints_the_rows_that_load_and_names_the_others(rows, tmp_path, capsys):
+    from rlyard.cli import main
+
+    source, mirrors, _, out = rows
+    some = tmp_path / "some.jsonl"
+    some.write_text(json.dumps(out["pins"]) + "\n" + json.dumps(out["no-mirror"]) + "\n")
+    assert main(["envs", "show", "code", "-o", f"source={some}", "-o", f"mirrors={mirrors}", "-o", "eval_percent=100",
+                 "-o", "build_venvs=false"]) == 0
+    shown, err = capsys.readouterr()
+    assert [json.loads(line)["id"] for line in shown.splitlines()] == ["pins"]
+    assert f"skipped: {some}: row 2: no local mirror of 'nobody/missing'" in err, err
+    (tmp_path / "none.jsonl").write_text(json.dumps(out["no-mirror"]) + "\n")
+    assert main(["envs", "show", "code", "-o", f"source={tmp_path / 'none.jsonl'}", "-o", f"mirrors={mirrors}",
+                 "-o", "build_venvs=false"]) == 2
+    assert "no row could be loaded (1 refused); the first: " in capsys.readouterr().err
 
 
 def test_validate_reports_each_unloadable_row_and_checks_the_others(rows, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ fix is its reverse.
 """
 from __future__ import annotations
 
-import logging
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from rlyard.envs.splits import merge_options
 from rlyard.sandbox import require_sealed
 from rlyard.types import Task
 
-log = logging.getLogger(__name__)
 BUILTIN = Path(__file__).with_name("builtin")
 ARMS = {"bash": ["bash", "submit"], "edit": ["read_file", "write_file", "edit_file", "grep", "glob", "submit"]}
 DEFAULTS: dict[str, Any] = {
@@ -103,12 +102,12 @@ def read_bug(path: Path, clean: dict[str, str], repo: str) -> dict[str, str]:
 
 
 def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
-    """The tasks of `split`; a user's row that cannot load is logged (one line naming the row
+    """The tasks of `split`; a user's row that cannot load is printed on stderr (one line naming the row
     and why) and left out, and the others load (`load_tasks` hands those rows back instead)."""
     problems: list[RowLoadError] = []
     tasks = load_tasks(split, n, seed, problems, **options)
-    for problem in problems:
-        log.warning("rlyard: skipped: %s", problem)
+    for problem in problems:  # on stderr whatever the logging setup: the user's data lost a row
+        print(f"rlyard: skipped: {problem}", file=sys.stderr)
     return tasks
 
 
