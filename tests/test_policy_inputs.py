@@ -112,11 +112,18 @@ def test_no_tool_raises_on_what_the_policy_writes(family):
     env.reset(_tasks[family])
     try:
         tools = env.toolbox.specs()
+        if family == "general_sql":  # its file tools are general's: the task's own SQL tools, each fully
+            from rlyard.agent.tools import SPECS
+            tools = [t for t in tools if t["function"]["name"] not in SPECS]
         assert len(tools) >= 2
         for label, reply in tool_fuzz(tools, full=family in ("files", "general_sql")):
             result = env.step(reply)  # raising here would make the episode infra
             assert not result.done, label
             assert result.messages and result.messages[0]["content"].strip(), label
+        if family == "code":  # a harness's exec function (mini_swe_agent's commands) is a tool too
+            for label in ("nul", "surrogate", "mb"):
+                result = env.run_command(TEXTS[label])
+                assert result.exit_code != 0 and result.output.startswith("error: the command"), label
     finally:
         env.close()
 
@@ -153,7 +160,7 @@ GRADER_CASES = [
     ("general", "answer:1MB", [write("answer.md", MB + "\n"), call("submit", answer="done")]),
     ("general", "answer:nested", [write("answer.md", NEST), call("submit", answer="done")]),
     ("webdev", "html:bytes", [printf("dist/index.html", b"<html><body><h1>" + BAD_BYTES + b"</h1></body></html>"), call("submit", answer="done")]),
-    ("webdev", "html:nested", [write("dist/index.html", "<div>" * 20_000), call("submit", answer="done")]),
+    ("webdev", "html:nested", [write("dist/index.html", "<div>" * 5_000), call("submit", answer="done")]),
     # appended to every module of the package the hidden tests import
     ("code", "source:bytes", [printf("bad.bin", BAD_BYTES), call("bash", command=SOURCES + "cat bad.bin >> $f; done"),
                               call("submit", answer="done")]),
@@ -271,6 +278,31 @@ def test_a_verifier_crash_on_the_reply_is_0_with_its_reason_and_a_grader_bug_is_
     env.reset(task)
     reward, error = env_verdict(env, "fine")
     assert reward is None and "KeyError" in error  # infra: the rollout flags the episode and it leaves its group
+
+
+class ThirdPartyEnv:
+    """An environment of the Protocol's shape only (no rlyard base class): the rollout draws the line for it."""
+
+    def reset(self, task):
+        return list(task.prompt)
+
+    def step(self, reply):
+        self.reply = reply.encode("utf-8")  # a lone surrogate in the reply: UnicodeEncodeError
+
+    def score(self):
+        return Reward(float(json.loads(self.reply) == 4))  # nested 100,000 deep: RecursionError
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("reply,zero", [("x\ud800", True), (NEST, True), ("4", False), ("{", True)])
+def test_the_single_turn_rollout_draws_the_line_for_any_environment(reply, zero):
+    env = ThirdPartyEnv()
+    env.reset(Task(id="t", prompt=[{"role": "user", "content": "2+2 as JSON"}], env="x"))
+    reward, error = env_verdict(env, reply)
+    assert error is None and not reward.infra_error
+    assert reward.value == (0.0 if zero else 1.0) and bool(reward.components.get("policy_input")) == zero
 
 
 def test_a_sandbox_that_cannot_start_is_infra_not_a_tool_error(monkeypatch, tmp_path):

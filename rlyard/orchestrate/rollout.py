@@ -2,7 +2,9 @@
 
 A broken environment or verifier fails its own episode (flagged `infra_error`), never the run:
 one whose reset, step or score raises, or whose verdict is no Reward, or not a finite number
-(NaN, inf, a str, None; a component too), which would otherwise train as a reward.
+(NaN, inf, a str, None; a component too), which would otherwise train as a reward. A step or
+score that raised on the policy's reply itself (a NUL byte, text that is no UTF-8, nesting past
+the parser's depth: `rlyard.envs.outcomes`) is the policy's failure: 0 with the reason.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
 from rlyard.envs.deadline import within
+from rlyard.envs.outcomes import policy_verdict
 from rlyard.harness.runner import play_episodes
 from rlyard.testing.kill import kill_point
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
@@ -173,14 +176,20 @@ def score_groups(family: Family, tasks: list[Task], group_prefix: str, trajector
 
 
 def env_verdict(env, text: str, grader_timeout_s: float | None = None) -> tuple[Reward | None, str | None]:
-    """(reward, None), or (None, the traceback) when the environment or its verifier broke."""
+    """(reward, None), or (None, the traceback) when the environment or its verifier broke.
+
+    The reply is the policy's: an environment of any kind (a third party's too) that raises on it
+    in the way only data makes code raise scores 0 with the reason (rlyard/envs/outcomes.py);
+    any other exception, and every platform fault, is infra."""
     try:
         env.step(text)
         verdict = within(grader_timeout_s, env.score)
         if problem := verdict_problem(verdict):
             return None, problem
         return verdict, None
-    except Exception:  # a broken verifier fails this episode only
+    except Exception as error:  # a broken verifier fails this episode only
+        if (zero := policy_verdict(error)) is not None:
+            return zero, None
         return None, traceback.format_exc(limit=3)
     finally:
         close_quietly(env)
