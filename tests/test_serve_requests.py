@@ -62,7 +62,7 @@ def test_content_given_as_text_parts_is_joined_and_other_parts_are_refused(runni
     image = [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
                                           {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
     error = refused(lambda: api.chat.completions.create(model="tiny", messages=image, max_tokens=4))
-    assert error["param"] == "messages[0].content" and "image_url" in error["message"]
+    assert error["param"] == "messages[0].content[1].type" and "image_url" in error["message"]
 
 
 @pytest.mark.parametrize("field, value, param", [

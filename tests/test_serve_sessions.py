@@ -65,12 +65,13 @@ def test_trajectories_carry_each_tokens_temperature_and_the_export_each_turns_sa
     [traj] = trajectories(base, "temps")
     assert len(traj.temperatures) == len(traj.token_ids)
     turns = [t for t, m in zip(traj.temperatures, traj.loss_mask) if m]
-    assert turns == [0.7] * 5 + [1.0] * 5  # greedy logprobs are log_softmax(logits): temperature 1
-    assert all(t == 1.0 for t, m in zip(traj.temperatures, traj.loss_mask) if not m)
+    assert turns == [0.7] * 5  # the greedy turn is recorded at T = 0 and left out of the loss (tests/test_gateway_clients.py)
+    assert traj.temperatures.count(0.0) == 5
+    assert all(t in (1.0, 0.0) for t, m in zip(traj.temperatures, traj.loss_mask) if not m)
     # the behaviour logprobs are under those temperatures: recompute them with the model
     with torch.no_grad():
         logits = tiny_model(torch.tensor([traj.token_ids])).logits[0, :-1].float()
-    scaled = logits / torch.tensor(traj.temperatures[1:])[:, None]
+    scaled = logits / torch.tensor([t or 1.0 for t in traj.temperatures[1:]])[:, None]
     recomputed = torch.log_softmax(scaled, -1).gather(-1, torch.tensor(traj.token_ids[1:])[:, None]).squeeze(-1)
     mask = torch.tensor(traj.loss_mask[1:], dtype=torch.bool)
     assert torch.allclose(recomputed[mask], torch.tensor(traj.behaviour_logprobs[1:])[mask], atol=1e-4)
@@ -79,7 +80,8 @@ def test_trajectories_carry_each_tokens_temperature_and_the_export_each_turns_sa
     sampling = exported["conversations"][0]["sampling"]
     assert [(s["temperature"], s["top_p"], s["top_k"], s["max_tokens"], s["tokens"]) for s in sampling] == [(0.7, 0.9, 50, 5, 5),
                                                                                                            (0.0, 1.0, 0, 5, 5)]
-    assert traj.loss_mask[sampling[1]["start"]] == 1 and traj.loss_mask[sampling[1]["start"] - 1] == 0
+    assert traj.loss_mask[sampling[0]["start"]] == 1 and traj.loss_mask[sampling[0]["start"] - 1] == 0
+    assert traj.temperatures[sampling[1]["start"]] == 0.0 and traj.loss_mask[sampling[1]["start"]] == 0  # greedy: not trained
 
 
 def test_text_completions_are_recorded_and_continue_their_segment(running, tokenizer):

@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 
-from rlyard.engines.base import Engine, fold_seed
+from rlyard.engines.base import Engine, turn_seed
 from rlyard.envs.base import Environment
 from rlyard.envs.deadline import within
 from rlyard.models.templates import MARK, choose_tool_format, end_of_message_id, render, shows_tool_messages, thinks
@@ -305,7 +305,7 @@ def run_episodes(
         budget = max(limits.max_total_tokens - len(e.token_ids) for e in active)
         # each turn its own draws: one seed for every turn would replay the first turn's uniforms
         turn_params = replace(params, max_new_tokens=max(1, min(limits.max_tokens_per_turn, budget)), cache_prefix=True,
-                              seed=fold_seed(params.seed, "turn", turn))
+                              seed=turn_seed(params.seed, turn))
         for episode, completion in zip(active, generate_shared([e.token_ids for e in active], engine, turn_params)):
             advance(episode, completion, renderer, limits)
         turn += 1

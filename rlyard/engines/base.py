@@ -23,6 +23,13 @@ def fold_seed(seed: int | None, *parts: int | str) -> int | None:
     return int.from_bytes(digest[:4], "big") >> 1
 
 
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The seed of turn `turn` (0-based) of an episode or a gateway session: the first turn keeps
+    the seed as given (it samples what a single-turn call with that seed samples), later ones fold
+    their number in."""
+    return seed if turn == 0 else fold_seed(seed, "turn", turn)
+
+
 # Called once per decode step with (output index, token id, logprob) of each live row; returns the
 # output indices to remove from the batch (or None). Optional: an engine may take it as the
 # keyword `on_step` of `generate` (HFEngine does); callers check for the keyword, and an engine

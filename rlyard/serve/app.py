@@ -52,6 +52,12 @@ def build_app(server: RlyardServer) -> Starlette:
     async def models(request: Request) -> Response:
         return JSONResponse(server.models())
 
+    async def model(request: Request) -> Response:
+        return JSONResponse(server.model(request.path_params["model_id"]))
+
+    async def health(request: Request) -> Response:
+        return JSONResponse(server.health())
+
     async def chat(request: Request) -> Response:
         body = parse(ChatRequest, await request.body())
         pending = server.start_chat(body, session_of(request), asyncio.get_running_loop())
@@ -86,9 +92,11 @@ def build_app(server: RlyardServer) -> Starlette:
     routes = []
     for prefix in ("", "/sessions/{session_id}"):
         routes += [Route(f"{prefix}/v1/models", models, methods=["GET"]),
+                   Route(f"{prefix}/v1/models/{{model_id:path}}", model, methods=["GET"]),  # ids may hold '/' (org/name)
                    Route(f"{prefix}/v1/chat/completions", chat, methods=["POST"]),
                    Route(f"{prefix}/v1/completions", completions, methods=["POST"])]
-    routes += [Route("/v1/load_lora_adapter", load_adapter, methods=["POST"]),
+    routes += [Route("/health", health, methods=["GET"]), Route("/v1/health", health, methods=["GET"]),
+               Route("/v1/load_lora_adapter", load_adapter, methods=["POST"]),
                Route("/v1/unload_lora_adapter", unload_adapter, methods=["POST"]),
                Route("/sessions", sessions, methods=["GET"]),
                Route("/sessions/{session_id}/trajectories", trajectories, methods=["GET"]),

@@ -64,28 +64,44 @@ class ToolCall(Strict):
 class ChatMessage(Strict):
     # clients echo reply messages back with fields of their own (refusal, annotations, audio)
     model_config = ConfigDict(strict=True, extra="ignore")
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = Field(None, validate_default=True)
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
 
+    @field_validator("role")
+    @classmethod
+    def developer_is_system(cls, role: str) -> str:
+        """Current OpenAI clients send `developer` where they used to send `system`: the same
+        instructions, rendered by the chat template as its system message."""
+        return "system" if role == "developer" else role
+
     @field_validator("content")
     @classmethod
-    def join_text_parts(cls, content: Any) -> str:
+    def join_text_parts(cls, content: Any) -> str | list:
         """smolagents and others send content as a list of parts; text parts are joined (what
-        a text-only template renders), other kinds are refused rather than dropped."""
+        a text-only template renders). A list with another kind of part is kept as it is, for
+        `bad_part` to refuse naming the part (a validator here could name only `content`)."""
         if content is None or isinstance(content, str):
             return content or ""
         if not isinstance(content, list):
             raise ValueError("must be a string or a list of content parts")
-        texts = []
-        for part in content:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind != "text" or not isinstance(part.get("text"), str):
-                raise ValueError(f"only text content parts are supported (got a part of type {kind!r})")
-            texts.append(part["text"])
-        return "".join(texts)
+        if any(bad_part(content)):
+            return content
+        return "".join(part["text"] for part in content)
+
+
+def bad_part(parts: list) -> tuple[str, str] | tuple[()]:
+    """(the field of the first part that is no text part, why), or () when every part is text."""
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            what = f"a part of type {kind!r}" if isinstance(part, dict) else f"a {type(part).__name__}, not an object"
+            return f"content[{j}].type", f"only text content parts are supported (got {what})"
+        if not isinstance(part.get("text"), str):
+            return f"content[{j}].text", "a text part needs 'text' as a string"
+    return ()
 
 
 class Sampling(Strict):
@@ -161,6 +177,11 @@ class ChatRequest(Sampling):
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
+        for i, message in enumerate(self.messages):
+            if isinstance(message.content, list) and (found := bad_part(message.content)):
+                field, why = found
+                raise ApiError(400, f"Invalid value for 'messages[{i}].{field}': {why}", f"messages[{i}].{field}",
+                               "unsupported_content_part")
         if self.top_logprobs:
             raise unsupported("top_logprobs", "the engine reports the logprob of the sampled token only")
         if self.top_logprobs is not None and not self.logprobs:

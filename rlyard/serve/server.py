@@ -22,7 +22,7 @@ from typing import Any
 
 from rlyard.agent.loop import TemplateRenderer
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
-from rlyard.engines.base import fold_seed
+from rlyard.engines.base import turn_seed
 from rlyard.observe.store import write_atomic
 from rlyard.serve.adapters import Adapters
 from rlyard.serve.scheduler import HOLD_MARKER, Job, Row, Scheduler
@@ -78,6 +78,18 @@ class RlyardServer:
     def models(self) -> dict[str, Any]:
         served = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "rlyard"}
         return {"object": "list", "data": [served, *self.adapters.models()]}
+
+    def model(self, model_id: str) -> dict[str, Any]:
+        """`GET /v1/models/{id}`: clients check a model exists before they use it."""
+        for row in self.models()["data"]:
+            if row["id"] == model_id:
+                return row
+        raise ApiError(404, f"The model '{model_id}' does not exist (this server serves '{self.model_name}')", "model",
+                       "model_not_found")
+
+    def health(self) -> dict[str, Any]:
+        """What a load balancer or a harness waits on: the server answers and serves its model."""
+        return {"status": "ok", "model": self.model_name, "policy_version": getattr(self.engine, "policy_version", None)}
 
     # ------------------------------------------------------------------ starting a request
     def check_model(self, request: ChatRequest | CompletionRequest) -> None:
@@ -250,7 +262,7 @@ class RlyardServer:
 
 def session_turn_seed(session: Session, seed: int | None) -> int | None:
     """A harness sends its one seed on every call: each turn of the session samples its own draws."""
-    return fold_seed(seed, "session-turn", sum(segment.turns for segment in session.segments))
+    return turn_seed(seed, sum(segment.turns for segment in session.segments))
 
 
 def model_context_window(engine) -> int | None:

@@ -47,8 +47,8 @@ class Segment(TokenRecord):
     def extend(self, tokens: list[int], sampled: bool, logprobs: list[float] | None = None, version: int = -1,
                temperature: float = 1.0) -> None:
         super().extend(tokens, sampled, logprobs, version)
-        # greedy (T = 0) logprobs are log_softmax(logits): the distribution at temperature 1
-        self.temperatures += [temperature if sampled and temperature > 0 else 1.0] * len(tokens)
+        # the real temperature: 0 for a greedy turn, whose argmax tokens are no draw from softmax(logits)
+        self.temperatures += [temperature if sampled else 1.0] * len(tokens)
 
     def head(self, size: int, messages: int) -> Segment:
         """A new segment with the first `size` tokens of this one and the turns among them."""
@@ -133,12 +133,20 @@ class Session:
         segment.sampling.append({**sampling, "start": start, "tokens": len(tokens)})
 
     def trajectories(self, reward: float = 0.0) -> list[Trajectory]:
-        return [
-            Trajectory(task_id=self.id, group_id=self.id, token_ids=list(s.token_ids), loss_mask=list(s.loss_mask),
-                       behaviour_logprobs=list(s.logprobs), policy_versions=list(s.versions), reward=reward,
-                       finish_reason=s.finish_reason, turns=s.turns, temperatures=list(s.temperatures))
-            for s in self.segments if any(s.loss_mask)
-        ]
+        """One per segment with a sampled reply. Tokens of greedy (T = 0) turns keep temperature 0
+        and get loss_mask 0: an argmax is no sample of the policy, so it stays out of the policy
+        loss (the run counts them: rollout/greedy_tokens)."""
+        out = []
+        for s in self.segments:
+            if not any(s.loss_mask):
+                continue
+            trained = [int(m and t > 0) for m, t in zip(s.loss_mask, s.temperatures)]
+            out.append(Trajectory(
+                task_id=self.id, group_id=self.id, token_ids=list(s.token_ids), loss_mask=trained,
+                behaviour_logprobs=[lp if m else 0.0 for lp, m in zip(s.logprobs, trained)],
+                policy_versions=[v if m else -1 for v, m in zip(s.versions, trained)], reward=reward,
+                finish_reason=s.finish_reason, turns=s.turns, temperatures=list(s.temperatures)))
+        return out
 
     def export(self) -> dict[str, Any]:
         """Every chat segment with a sampled reply as a plain conversation: the system message
