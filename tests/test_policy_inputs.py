@@ -358,3 +358,15 @@ def test_a_missing_compiler_is_infra(monkeypatch):
     assert policy_reason(raised.value) is None
     target = verify.Target(**task_of("cyber").payload["target"])
     assert verify.grade_bytes(target, b"AAAA").reward.infra_error
+
+
+def test_the_run_counts_the_episodes_the_policys_output_made_fail():
+    from rlyard.orchestrate.run import rollout_metrics
+    from rlyard.types import Trajectory
+
+    def episode(components, infra=False):
+        return Trajectory(task_id="t", group_id="g", token_ids=[1, 2], loss_mask=[0, 1], behaviour_logprobs=[0.0, -1.0],
+                          policy_versions=[-1, 0], components=components, infra_error=infra)
+    batch = [episode({"policy_input": 1.0}), episode({"policy_input": 1.0}), episode({}), episode({}, infra=True)]
+    metrics = rollout_metrics(batch)
+    assert metrics["rollout/policy_input_errors"] == 2.0 and metrics["rollout/infra_errors"] == 1.0
