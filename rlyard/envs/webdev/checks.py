@@ -28,6 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from rlyard.envs.webdev.paint import legible, painted, run_background, shown_text
+
 KINDS = ("exists", "count", "text", "row", "stacked", "no_hscroll", "alt_text", "labels", "contrast", "click", "visual")
 VIEWPORTS = ("desktop", "mobile")
 NEEDS_SELECTOR = ("exists", "count", "text", "row", "stacked", "click")
@@ -66,9 +70,14 @@ def normalize_checks(checks: Any, where: str) -> list[dict]:
     return out
 
 
+PAGE_TEXT = -1  # the id of the desktop probe that reads all the page's text (paint.legible_share)
+
+
 def probes(checks: list[dict]) -> dict[str, list[dict]]:
-    """What to measure at each viewport: one probe per check (clicks last: they change the page)."""
+    """What to measure at each viewport: one probe per check (clicks last: they change the page),
+    and at the desktop the page's text for the hidden-text gate."""
     by_viewport: dict[str, list[dict]] = {v: [] for v in VIEWPORTS}
+    by_viewport["desktop"].append({"id": PAGE_TEXT, "kind": "page_text", "selector": "body", "expect": ""})
     for i, check in enumerate(checks):
         if check["kind"] != "visual":
             by_viewport[check["viewport"]].append({"id": i, "kind": check["kind"], "selector": check["selector"],
@@ -98,12 +107,15 @@ def blend(top: list[float], under: tuple[float, float, float]) -> tuple[float, f
     return tuple(alpha * t + (1 - alpha) * u for t, u in zip(top[:3], under))
 
 
-def text_contrast(item: list) -> tuple[float, float]:
-    """(ratio, the ratio required) for one text element: [fg rgba, [bg rgba from itself up], px, weight]."""
+def text_contrast(item: list, under: tuple[float, float, float] | None = None) -> tuple[float, float]:
+    """(ratio, the ratio required) for one text element: [fg rgba, [bg rgba from itself up], px, weight];
+    `under` is the colour the screenshot shows behind it (else the CSS backgrounds over white)."""
     fg, layers, size, weight = item
-    bg = (255.0, 255.0, 255.0)  # the canvas; background images are not seen
+    bg = (255.0, 255.0, 255.0)  # the canvas
     for layer in reversed(layers):
         bg = blend(layer, bg)
+    if under is not None:
+        bg = under
     large = size >= 24 or (size >= 18.66 and weight >= 700)
     return contrast_ratio(blend(fg, bg), bg), 3.0 if large else 4.5
 
@@ -121,91 +133,171 @@ def stacked(rects: list[list[float]]) -> bool:
     return all(b[1] >= a[1] + a[3] - 1 for a, b in zip(rects, rects[1:]))
 
 
-def score_check(check: dict, data: dict | None) -> float:
-    """One check's score in [0, 1] from its probe's measure (None: not measured -> 0)."""
+def score_check(check: dict, data: dict | None, image: np.ndarray | None = None) -> float:
+    """One check's score in [0, 1] from its probe's measure (None: not measured -> 0), counting
+    only the elements painted in `image` (the viewport's screenshot; None: not pixel-checked)."""
     if data is None or data.get("error"):
         return 0.0
-    kind, n = check["kind"], data.get("n", 0)
+    kind = check["kind"]
+    records = data.get("els", [])
+    shown = [r for r in records if painted(image, r)]
+    n = len(shown)
     if kind == "exists":
         return float(n >= check.get("min", 1))
     if kind == "count":
-        return float(check.get("min", 1) <= n <= check.get("max", 10**9))
+        return float(check.get("min", 1) <= n + data.get("more", 0) <= check.get("max", 10**9))
     if kind == "text":
-        text = " ".join(data["texts"]).casefold()
-        return sum(s.casefold() in text for s in check["contains"]) / len(check["contains"])
+        text = " ".join(shown_text(image, shown).split()).casefold()
+        return sum(" ".join(s.split()).casefold() in text for s in check["contains"]) / len(check["contains"])
     if kind in ("row", "stacked"):
-        rects = data["rects"][: check["count"]]
+        rects = [r["rect"] for r in shown][: check["count"]]
         return float(len(rects) == check["count"] and (in_row if kind == "row" else stacked)(rects))
     if kind == "no_hscroll":
-        return float(data["text_length"] > 0 and data["scroll_width"] <= data["inner_width"] + 1)
-    if kind in ("alt_text", "labels"):
-        return sum(data["ok"]) / len(data["ok"]) if data["ok"] else 0.0
+        return float(bool(shown_text(image, shown).strip()) and data["scroll_width"] <= data["inner_width"] + 1)
+    if kind == "alt_text":
+        ok = [good for r, good in zip(records, data["ok"]) if painted(image, r)]
+        return sum(ok) / len(ok) if ok else 0.0
+    if kind == "labels":  # an aria name, or a label that is itself painted
+        ok = [good or any(painted(image, label) for label in labels)
+              for r, good, labels in zip(records, data["ok"], data["labels"]) if painted(image, r)]
+        return sum(ok) / len(ok) if ok else 0.0
     if kind == "contrast":
-        ratios = [text_contrast(item) for item in data["items"]]
+        ratios = []
+        for record, (fg, layers, size, weight) in zip(records, data["items"]):
+            runs = [run for run in record["runs"] if legible(image, run)] if painted(image, record) else []
+            if runs:
+                under = run_background(image, runs[0])
+                ratios.append(text_contrast([fg, layers, size, weight], under))
         needed = check.get("min_ratio")
         return sum(r >= (needed or req) - 1e-9 for r, req in ratios) / len(ratios) if ratios else 0.0
-    if kind == "click":
-        return float(bool(data.get("shown")))
+    if kind == "click":  # the control clicked must be painted (the revealed part has no screenshot)
+        return float(bool(data.get("shown")) and painted(image, data["target"]))
     raise ValueError(f"unknown check kind {kind!r}")
 
 
-def query_fit(checks: list[dict], measures: dict[str, list], visual: float | None) -> tuple[float, list[float]]:
-    """(fit, each check's score): the weighted mean; `visual` is the rescaled SSIM (None: no reference, 0)."""
+def query_fit(checks: list[dict], measures: dict[str, list], visual: float | None,
+              images: dict[str, np.ndarray] | None = None) -> tuple[float, list[float]]:
+    """(fit, each check's score): the weighted mean; `visual` is the rescaled SSIM (None: no reference, 0);
+    `images` the screenshot of each viewport (paint.rgb_image) that elements must be painted in."""
     found = {m["id"]: m for viewport in measures.values() for m in viewport}
-    scores = [(visual or 0.0) if c["kind"] == "visual" else score_check(c, found.get(i)) for i, c in enumerate(checks)]
+    images = images or {}
+    scores = [(visual or 0.0) if c["kind"] == "visual" else score_check(c, found.get(i), images.get(c["viewport"]))
+              for i, c in enumerate(checks)]
     total = sum(c["weight"] for c in checks)
     return sum(c["weight"] * s for c, s in zip(checks, scores)) / total, scores
 
 
 MEASURE_JS = r"""
 (probes) => {
-  const opacity = (el) => { let o = 1; for (let e = el; e && e.nodeType === 1; e = e.parentElement) o *= parseFloat(getComputedStyle(e).opacity); return o; };
-  const visible = (el) => {
+  const MAXH = 6000;
+  const docH = Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0);
+  const pageW = innerWidth, pageH = Math.min(docH, MAXH);
+  const force = document.createElement('style');
+  force.textContent = '*, *::before, *::after { pointer-events: auto !important; }';
+  document.documentElement.appendChild(force);
+  const opac = new Map();
+  const opacity = (el) => { if (!el || el.nodeType !== 1) return 1; if (opac.has(el)) return opac.get(el);
+    const o = parseFloat(getComputedStyle(el).opacity) * opacity(el.parentElement); opac.set(el, o); return o; };
+  const docRect = (r) => [r.left + scrollX, r.top + scrollY, r.width, r.height];
+  const inPage = (b) => b[2] > 0 && b[3] > 0 && b[0] < pageW && b[1] < pageH && b[0] + b[2] > 0 && b[1] + b[3] > 0;
+  const clip = (b) => { const x0 = Math.max(0, b[0]), y0 = Math.max(0, b[1]);
+    return [x0, y0, Math.min(pageW, b[0] + b[2]) - x0, Math.min(pageH, b[1] + b[3]) - y0]; };
+  // does elementFromPoint at (x, y) of the page find `el` (or inside it)? null: the point is off the page
+  const hitOk = (el, x, y) => {
+    if (x < 0 || y < 0 || x >= pageW || y >= pageH) return null;
+    if (y < scrollY || y >= scrollY + innerHeight || scrollX) scrollTo({ left: 0, top: Math.max(0, y - innerHeight / 2), behavior: 'instant' });
+    const h = document.elementFromPoint(x - scrollX, y - scrollY);
+    if (scrollY || scrollX) scrollTo({ left: 0, top: 0, behavior: 'instant' });
+    return !!h && (h === el || el.contains(h));
+  };
+  const cssVisible = (el) => {
     const r = el.getBoundingClientRect();
     if (r.width < 2 || r.height < 2) return false;
     const s = getComputedStyle(el);
     if (s.visibility !== 'visible' || opacity(el) < 0.05) return false;
-    return r.right + scrollX > 0 && r.bottom + scrollY > 0;
+    return inPage(docRect(r));
   };
-  const all = (sel) => { try { return [...document.querySelectorAll(sel)].filter(visible); } catch (e) { return null; } };
-  const rgba = (c) => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return [0, 0, 0, 0];
+  const all = (sel) => { try { return [...document.querySelectorAll(sel)].filter(cssVisible); } catch (e) { return null; } };
+  const range = document.createRange();
+  const runsOf = (el, limit, ownOnly, keepEmpty) => {
+    const out = [], nodes = ownOnly ? [...el.childNodes].filter((n) => n.nodeType === 3) : null;
+    const walker = ownOnly ? null : document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let i = 0, n = ownOnly ? nodes[0] : walker.nextNode(); n && out.length < limit; n = ownOnly ? nodes[++i] : walker.nextNode()) {
+      const text = n.textContent;
+      if (!text.trim()) continue;
+      const p = n.parentElement;
+      if (!p) continue;
+      const s = getComputedStyle(p);
+      if (s.visibility !== 'visible' || opacity(p) < 0.05 || !p.getClientRects().length) continue;
+      range.selectNodeContents(n);
+      const rs = [...range.getClientRects()].map(docRect).filter(inPage).map(clip).filter((r) => r[2] >= 1 && r[3] >= 1);
+      if (!rs.length) { if (keepEmpty) out.push([[], 0, false, text.replace(/\s+/g, ' ').slice(0, 500)]); continue; }
+      const size = Math.min(parseFloat(s.fontSize), Math.max(...rs.map((r) => r[3])));
+      const hit = rs.slice(0, 3).some((r) => hitOk(p, r[0] + r[2] / 2, r[1] + r[3] / 2));
+      out.push([rs.slice(0, 4), size, hit, text.replace(/\s+/g, ' ').slice(0, 500)]);
+    }
+    return out;
+  };
+  const record = (el, runLimit, ownOnly) => {
+    const b = docRect(el.getBoundingClientRect());
+    const parts = [...el.getClientRects()].map(docRect);
+    const pts = parts.length > 1 ? parts.slice(0, 5).map((r) => [r[0] + r[2] / 2, r[1] + r[3] / 2])
+      : [[0.5, 0.5], [0.25, 0.25], [0.75, 0.25], [0.25, 0.75], [0.75, 0.75]].map(([fx, fy]) => [b[0] + b[2] * fx, b[1] + b[3] * fy]);
+    const res = pts.map(([x, y]) => hitOk(el, x, y)).filter((v) => v !== null);
+    const hit = res.length > 0 && res.filter(Boolean).length * 2 >= res.length;
+    // a select's options are drawn by the control itself, not as text boxes of the page
+    const textful = el.tagName === 'SELECT' ? false : ownOnly ? [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim())
+      : !!(el.innerText || '').trim();
+    return { rect: b, box: clip(b), hit, textful, runs: textful ? runsOf(el, runLimit, ownOnly) : [] };
+  };
+  const rgba = (c) => { const m = (c || '').match(/rgba?\(([^)]+)\)/); if (!m) return [0, 0, 0, 0];
     const p = m[1].split(/[ ,\/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
   const labelled = (el) => {
     if ((el.getAttribute('aria-label') || '').trim()) return true;
     const by = el.getAttribute('aria-labelledby');
-    if (by && by.split(/\s+/).some((id) => { const t = document.getElementById(id); return t && t.textContent.trim(); })) return true;
-    return [...(el.labels || [])].some((l) => visible(l) && l.textContent.trim());
+    return !!(by && by.split(/\s+/).some((id) => { const t = document.getElementById(id); return t && t.textContent.trim(); }));
   };
   const ownText = (el) => [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  const records = (els, runLimit) => els.slice(0, 300).map((e) => record(e, runLimit, false));
   const measure = (p) => {
     const els = all(p.selector);
     if (els === null) return { id: p.id, error: 'bad selector' };
-    const base = { id: p.id, n: els.length };
+    const base = { id: p.id, n: els.length, more: Math.max(0, els.length - 300) };
     switch (p.kind) {
-      case 'text': return { ...base, texts: els.filter((e) => rgba(getComputedStyle(e).color)[3] > 0.05).slice(0, 50).map((e) => (e.innerText || '').slice(0, 2000)) };
-      case 'row': case 'stacked': return { ...base, rects: els.slice(0, 24).map((e) => { const r = e.getBoundingClientRect(); return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }) };
-      case 'no_hscroll': return { ...base, scroll_width: document.documentElement.scrollWidth, inner_width: innerWidth, text_length: (document.body ? document.body.innerText : '').trim().length };
-      case 'alt_text': return { ...base, ok: els.map((e) => { const a = e.getAttribute('alt'); return a !== null && (a.trim() !== '' || e.getAttribute('role') === 'presentation'); }) };
-      case 'labels': return { ...base, ok: els.map(labelled) };
-      case 'contrast': return { ...base, items: els.filter(ownText).slice(0, 300).map((e) => {
+      case 'text': return { ...base, els: records(els.slice(0, 50), 200) };
+      case 'row': case 'stacked': return { ...base, els: records(els.slice(0, 24), 8) };
+      case 'no_hscroll': return { ...base, scroll_width: document.documentElement.scrollWidth, inner_width: innerWidth,
+        els: document.body ? [record(document.body, 100, false)] : [] };
+      case 'alt_text': return { ...base, els: records(els, 4), ok: els.slice(0, 300).map((e) => { const a = e.getAttribute('alt'); return a !== null && (a.trim() !== '' || e.getAttribute('role') === 'presentation'); }) };
+      case 'labels': return { ...base, els: records(els, 4), ok: els.slice(0, 300).map(labelled),
+        labels: els.slice(0, 300).map((e) => [...(e.labels || [])].filter(cssVisible).slice(0, 2).map((l) => record(l, 4, false))) };
+      case 'page_text': return { ...base, runs: document.body ? runsOf(document.body, 600, false, true) : [] };
+      case 'contrast': { const own = els.filter(ownText).slice(0, 300);
+        return { ...base, els: own.map((e) => record(e, 4, true)), items: own.map((e) => {
           const s = getComputedStyle(e), layers = [];
           for (let a = e; a && a.nodeType === 1; a = a.parentElement) { const b = rgba(getComputedStyle(a).backgroundColor); if (b[3] > 0) layers.push(b); if (b[3] >= 1) break; }
-          return [rgba(s.color), layers, parseFloat(s.fontSize), parseInt(s.fontWeight) || 400]; }) };
+          return [rgba(s.webkitTextFillColor || s.color), layers, parseFloat(s.fontSize), parseInt(s.fontWeight) || 400]; }) }; }
       case 'click': {
         if (!els.length) return { ...base, shown: false };
         const stop = (ev) => ev.preventDefault();
         addEventListener('submit', stop); addEventListener('click', (ev) => { if (ev.target.closest && ev.target.closest('a[href]')) ev.preventDefault(); });
+        const target = record(els[0], 4, false);
         const before = all(p.expect);
         els[0].click();
         const after = all(p.expect);
-        return { ...base, shown: !!(before && after && !before.length && after.length) };
+        return { ...base, target, shown: !!(before && after && !before.length && after.length) };
       }
-      default: return base;
+      default: return { ...base, els: records(els, 8) };
     }
   };
   const out = [];
-  for (const p of probes) { try { out.push(measure(p)); } catch (e) { out.push({ id: p.id, error: String(e) }); } }
-  const height = Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0);
-  return JSON.stringify({ probes: out, height });
+  for (const p of probes) {
+    if (p.kind === 'click' && force.isConnected) force.remove();
+    try { out.push(measure(p)); } catch (e) { out.push({ id: p.id, error: String(e) }); }
+  }
+  if (force.isConnected) force.remove();
+  scrollTo({ left: 0, top: 0, behavior: 'instant' });
+  return JSON.stringify({ probes: out, height: docH });
 }
 """
+HEIGHT_JS = r"""() => String(Math.max(document.documentElement.scrollHeight, document.body ? document.body.scrollHeight : 0))"""

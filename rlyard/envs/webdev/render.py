@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from rlyard.envs.webdev.browser import BrowserBox, sandbox_usable, sandbox_failed
+from rlyard.envs.webdev.browser import BrowserBox, sandbox_failed, sandbox_usable
+from rlyard.envs.webdev.checks import HEIGHT_JS
 
 HOST = "site.local"
 ORIGIN = f"http://{HOST}"
@@ -61,6 +62,7 @@ class Rendered:
 
     measures: dict[str, list] = field(default_factory=dict)  # viewport name -> one result per probe (checks.py)
     screenshot: bytes | None = None  # full-page PNG at the desktop viewport
+    shots: dict[str, bytes] = field(default_factory=dict)  # viewport name -> its full-page PNG (before any click)
     page_errors: list[str] = field(default_factory=list)  # uncaught exceptions (pageerror)
     blocked: list[str] = field(default_factory=list)  # requests aborted: anything not under http://site.local/
     missing: list[str] = field(default_factory=list)  # site paths answered 404 (absent, outside dist/, too big)
@@ -213,15 +215,17 @@ class Renderer:
         page.goto(f"{ORIGIN}/index.html", wait_until="load", timeout=timeout_ms)
         page.wait_for_timeout(SETTLE_MS)
         # wait_for_function times out on the server side even while the page's thread spins, where
-        # evaluate would wait forever; a string result is read back without touching the page again
+        # evaluate would wait forever; a string result is read back without touching the page again.
+        # The screenshot comes first: the measure's element boxes are read in the same layout, before
+        # any click probe changes the page
+        height = max(1, min(int(page.wait_for_function(HEIGHT_JS, timeout=timeout_ms).json_value()), MAX_SHOT_HEIGHT))
+        out.shots[name] = page.screenshot(full_page=True, animations="disabled", timeout=timeout_ms,
+                                          clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
+        if name == "desktop":
+            out.screenshot = out.shots[name]
         handle = page.wait_for_function(measure_js, arg=probes, timeout=timeout_ms)
         measured = json.loads(handle.json_value())
         out.measures[name] = measured["probes"]
-        if name == "desktop":
-            height = max(1, min(int(measured["height"]), MAX_SHOT_HEIGHT))
-            out.screenshot = page.screenshot(full_page=True, animations="disabled", timeout=timeout_ms,
-                                             clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
-
 
 _local = threading.local()
 

@@ -18,10 +18,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rlyard.envs.webdev.checks import MEASURE_JS, probes, query_fit
+from rlyard.envs.webdev.checks import MEASURE_JS, PAGE_TEXT, probes, query_fit
 from rlyard.envs.webdev.gate import NodeUnavailable, missing_index, runtime_failure, syntax_errors
 from rlyard.envs.webdev.render import RendererUnavailable, render_site
-from rlyard.envs.webdev.visual import load_reference, visual_score
+from rlyard.envs.webdev.paint import MIN_LEGIBLE_SHARE, legible_share, rgb_image
+from rlyard.envs.webdev.visual import MIN_DRAWN_SHARE, drawn_share, load_reference, visual_cap, visual_score
 from rlyard.types import Reward
 
 BANDS = ((0.9, 0.0), (0.6, 0.2), (0.4, 0.4), (0.2, 0.8))  # (fit at least, deduction); below the last: reward 0
@@ -81,10 +82,29 @@ def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
     key, reason = runtime_failure(rendered)
     if key:
         return gated(key, reason, info)
+    if rendered.screenshot is not None:
+        share = drawn_share(rendered.screenshot)
+        info["drawn_share"] = round(share, 5)
+        if share < MIN_DRAWN_SHARE:
+            return gated("blank_page", f"the screenshot shows almost nothing ({share:.2%} of it differs from its "
+                                       f"dominant shade, under {MIN_DRAWN_SHARE:.1%})", info)
     visual = raw = None
     if payload.get("reference") and rendered.screenshot is not None:
         visual, raw = visual_score(rendered.screenshot, load_reference(Path(payload["reference"])))
-    fit, scores = query_fit(checks, rendered.measures, visual)
+    images = {name: rgb_image(png) for name, png in rendered.shots.items()}
+    page_text = next((m for m in rendered.measures.get("desktop", []) if m.get("id") == PAGE_TEXT), None)
+    if page_text is not None and "runs" in page_text:
+        share = legible_share(images.get("desktop"), page_text["runs"])
+        info["legible_text_share"] = round(share, 4)
+        if share < MIN_LEGIBLE_SHARE:
+            return gated("hidden_text", f"only {share:.0%} of the page's text is legible in the screenshot "
+                                        f"(under {MIN_LEGIBLE_SHARE:.0%}): the rest is transparent, the colour of its "
+                                        "background, too small, covered or off the page", info)
+    fit, scores = query_fit(checks, rendered.measures, visual, images)
+    cap = visual_cap(visual)
+    if fit > cap:
+        info["visual_cap"] = round(cap, 4)
+        fit = cap
     cut = deduction(fit)
     info["checks"] = [{"kind": c["kind"], "label": c.get("label", c["selector"]), "weight": c["weight"], "score": round(s, 4)}
                       for c, s in zip(checks, scores)]

@@ -6,9 +6,14 @@ full pages differ in length. The reference is stored already reduced (`reference
 task's folder, 360 px wide, made by scripts/webdev/make_references.py), so the package stays
 small and the reference is never rendered again at grading.
 
-Raw SSIM flatters a blank page: most of a reference is background, and white matches white.
-The check's score is therefore SSIM rescaled so that a blank white page scores 0 and the
-reference itself 1: max(0, (ssim - ssim_blank) / (1 - ssim_blank)).
+Raw SSIM flatters a blank page: most of a reference is background, and a flat page of the
+background colour matches most of it. The check's score is therefore SSIM rescaled so that the
+best flat page (white, black, or the reference's own dominant or mean shade) scores 0 and the
+reference itself 1: max(0, (ssim - ssim_flat) / (1 - ssim_flat)).
+
+The visual gate (verify.py) works on the same images: a screenshot that is near-uniform (under
+MIN_DRAWN_SHARE of its reduced pixels away from its dominant shade) shows nothing and scores 0;
+one far from the reference caps the fit at visual / VISUAL_FLOOR.
 """
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ import numpy as np
 
 SCALE = 4  # block size of the reduction
 MIN_SIDE = 7  # SSIM's window; smaller images cannot be compared
+SHADE_DELTA = 0.04  # a reduced pixel this far from the dominant shade shows something
+MIN_DRAWN_SHARE = 0.005  # a screenshot with less than this share of such pixels shows nothing
+VISUAL_FLOOR = 0.2  # below this visual score the fit is capped at visual / VISUAL_FLOOR
 
 
 def gray(png: bytes) -> np.ndarray:
@@ -78,9 +86,33 @@ def reference_png(screenshot: bytes) -> bytes:
     return out.getvalue()
 
 
+def dominant(image: np.ndarray) -> float:
+    """The most frequent shade of a reduced grayscale image (to 1/255)."""
+    values, counts = np.unique(np.rint(image * 255.0), return_counts=True)
+    return float(values[np.argmax(counts)]) / 255.0
+
+
+def flat_baseline(reference: np.ndarray) -> float:
+    """The SSIM of the best flat page against the reference: what showing nothing earns."""
+    shades = {1.0, 0.0, dominant(reference), float(np.rint(reference.mean() * 255.0) / 255.0)}
+    return max(ssim(np.full_like(reference, shade), reference) for shade in shades)
+
+
+def drawn_share(screenshot: bytes) -> float:
+    """The share of the reduced screenshot's pixels away from its dominant shade."""
+    image = np.rint(reduce(gray(screenshot)) * 255.0) / 255.0
+    if image.size == 0:
+        return 0.0
+    return float((np.abs(image - dominant(image)) > SHADE_DELTA).mean())
+
+
+def visual_cap(visual: float | None) -> float:
+    """The most a page this far from its reference may score (1 without a reference)."""
+    return 1.0 if visual is None else min(1.0, visual / VISUAL_FLOOR)
+
+
 def visual_score(screenshot: bytes, reference: np.ndarray) -> tuple[float, float]:
     """(rescaled score, raw SSIM) of a full-size screenshot against a stored reference."""
     candidate = np.rint(reduce(gray(screenshot)) * 255.0) / 255.0  # quantised as the stored reference was
     raw = ssim(candidate, reference)
-    blank = ssim(np.ones_like(reference), reference)
-    return rescaled(raw, blank), raw
+    return rescaled(raw, flat_baseline(reference)), raw
