@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rlyard.sandbox import Limits, Sandbox, SandboxError, SandboxUnavailable
+from rlyard.sandbox import Limits, Sandbox, SandboxError, SandboxUnavailable, UidPool
 from rlyard.sandbox.mounts import remove_workspace
 from rlyard.sandbox.sandbox import bwrap_available, unshare_available
 from rlyard.sandbox.uids import default_pool
@@ -63,9 +63,9 @@ def host_processes(marker: str) -> list[int]:
     return found
 
 
-def pool_processes() -> list[int]:
+def pool_processes(pool=None) -> list[int]:
     """Host processes running as any uid of the sandbox uid pool (every run gets one of them)."""
-    pool = default_pool()
+    pool = pool or default_pool()
     return [pid for pid in all_pids() if pool.owns(real_uid(pid))]
 
 
@@ -149,8 +149,10 @@ while True:
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_fork_bomb_is_capped_by_nproc(ws, isolation):
-    box = Sandbox(ws, LIMITS, isolation=isolation)
+def test_fork_bomb_is_capped_by_nproc(ws, tmp_path, isolation):
+    # a pool of its own: other sandboxes on this machine (other tests, other runs) use the default one
+    pool = UidPool(base=3_000_000 + secrets.randbelow(1 << 20) * 16, size=16, lock_dir=tmp_path / "uids")
+    box = Sandbox(ws, LIMITS, isolation=isolation, uid_pool=pool)
     r = box.run(["python3", "-c", FORK_BOMB], timeout_s=8)
     words = r.stdout.split()
     assert words[:1] == [b"blocked"], r
@@ -159,7 +161,7 @@ def test_fork_bomb_is_capped_by_nproc(ws, isolation):
     r = box.run(":(){ :|:& };:; sleep 30", timeout_s=2)
     assert r.duration_s < 6
     if AS_ROOT:
-        assert pool_processes() == []  # every bomb process is gone from the host
+        assert pool_processes(pool) == []  # every bomb process is gone from the host
 
 
 def test_memory_bomb_hits_the_address_space_limit(box):

@@ -121,7 +121,7 @@ print("BITS", got)
 
 
 @needs_bwrap
-@pytest.mark.skipif(not mounts.can_mount(), reason="a private view of the system tree needs root (docs/sandbox.md)")
+@pytest.mark.skipif(not mounts.can_view(), reason="a private view of the system tree needs root (docs/sandbox.md)")
 def test_lock_on_a_system_file_carries_nothing(tmp_path):
     """flock / POSIX / OFD locks on /usr files, a /usr folder, /etc files, /dev/null and a
     file in a shared read-only bind (a task's venv), held by one sandbox while another probes them."""

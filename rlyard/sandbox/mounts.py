@@ -35,10 +35,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 MS_NOSUID, MS_NODEV, MS_RDONLY, MNT_DETACH = 2, 4, 1, 2
 PREFIX = "rlyard-ws"
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
-VIEW_ROOT = Path("/run/rlyard-views")
+VIEW_ROOTS = (Path("/run/rlyard-views"), Path(tempfile.gettempdir()) / f"rlyard-views-{os.geteuid()}")
 _counter = itertools.count()
 _lock = threading.Lock()
 _can_mount: list[bool] = []
+_can_view: list[bool] = []
 _live: dict[str, "QuotaFS"] = {}  # workspace path -> its mounted file system
 
 
@@ -61,13 +62,29 @@ def can_mount() -> bool:
             why = "RLYARD_SANDBOX_WORKSPACE_FS=0" if os.environ.get("RLYARD_SANDBOX_WORKSPACE_FS") == "0" else _probe()
             _can_mount.append(why is None)
             if why is None:
-                log.info("sandbox workspace quota: a tmpfs per workspace (size=, nr_inodes=); "
-                         "system tree: a private overlay view per sandbox")
+                log.info("sandbox workspace quota: a tmpfs per workspace (size=, nr_inodes=)")
                 _sweep()
             else:
                 log.info("sandbox workspace quota: periodic walk of the workspace (no tmpfs: %s); "
                          "system tree: shared binds", why)
         return _can_mount[0]
+
+
+def can_view() -> bool:
+    """Can a private view of the system tree be made here (mounts, overlayfs)? Probed once, logged."""
+    if not can_mount():
+        return False
+    with _lock:
+        if not _can_view:
+            try:
+                SystemView(["/usr"], []).close()
+                _can_view.append(True)
+                log.info("sandbox system tree: a private overlay view per sandbox (locks private)")
+            except OSError as e:
+                _can_view.append(False)
+                log.warning("sandbox system tree: shared binds, locks on it shared between sandboxes "
+                            "(no private view: %s)", e)
+        return _can_view[0]
 
 
 def _probe() -> str | None:
@@ -173,7 +190,8 @@ class QuotaFS:
         self.path, self.users = str(workspace), 1
         used, entries = usage(workspace)
         st = os.stat(workspace)
-        self.size, self.inodes = used + extra_bytes, entries + extra_inodes + 1
+        # size=0 and nr_inodes=0 would mean "no limit" to tmpfs
+        self.size, self.inodes = max(used + extra_bytes, 4096), entries + max(extra_inodes, 0) + 1
         self.source = f"{PREFIX}-{os.getpid()}-{next(_counter)}"
         below = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)  # the folder the tmpfs will cover
         try:
@@ -226,9 +244,8 @@ class SystemView:
     tmpfs under /run/rlyard-views. `source(host_path)` is where bwrap binds from."""
 
     def __init__(self, folders: list[str], files: list[str]):
-        VIEW_ROOT.mkdir(mode=0o700, exist_ok=True)
         self.name = f"rlyard-view-{os.getpid()}-{next(_counter)}"
-        self.root = str(VIEW_ROOT / self.name)
+        self.root = str(_view_root() / self.name)
         os.mkdir(self.root, 0o755)
         self.map: dict[str, str] = {}
         try:
@@ -271,6 +288,19 @@ class SystemView:
             os.rmdir(self.root)
         except OSError:
             pass
+
+
+def _view_root() -> Path:
+    """A root-only folder for the views: /run where it is writable, else the temp folder."""
+    error: OSError | None = None
+    for root in VIEW_ROOTS:
+        try:
+            root.mkdir(mode=0o700, exist_ok=True)
+            if root.stat().st_uid == os.geteuid() and not root.is_symlink():
+                return root
+        except OSError as e:
+            error = e
+    raise error or OSError(f"no folder of our own for sandbox views among {VIEW_ROOTS}")
 
 
 def _escape(path: str) -> str:

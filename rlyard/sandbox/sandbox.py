@@ -163,7 +163,7 @@ class Sandbox:
         try:
             if limits.workspace_bytes is not None:
                 self._quota = mounts.QuotaFS.attach(self.workspace, limits.workspace_bytes, limits.workspace_inodes)
-            if self.isolation == "bwrap":
+            if self.isolation == "bwrap" and mounts.can_view():
                 self._view = mounts.SystemView(*fs.view_parts(self.ro_binds))
         except OSError as e:
             self.close()
