@@ -99,7 +99,8 @@ def grader_output(reward: Reward) -> str:
 
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
              progress: Callable[[Check], None] | None = None) -> list[Check]:
-    """Check every task of both splits (or only `task_ids`), `jobs` at a time."""
+    """Check every task of both splits (or only `task_ids`), `jobs` at a time; a user's row that
+    cannot load is a failed check carrying the reason, and the other rows are still checked."""
     options = {**(options or {}), "eval_percent": 100}
     problems: list[RowLoadError] = []
     tasks = load_tasks("eval", 10**9, 0, problems, **options)
