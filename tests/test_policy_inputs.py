@@ -255,6 +255,7 @@ def test_the_rule_tells_the_policys_failures_from_the_platforms():
                 AttributeError("'NoneType' object has no attribute 'x'"), RuntimeError("score() called before reset()"),
                 raised_from(RecursionError("deep"), JudgeUnavailable("down")),  # a platform fault under a data-shaped one
                 raised_from(ValueError("embedded null byte"), SandboxError("cannot start"))]
+    policy.append(raised_from(PolicyInputError("the path is not a file"), FileNotFoundError(errno.ENOENT, "gone")))
     assert all(policy_reason(e) for e in policy), [e for e in policy if not policy_reason(e)]
     assert not any(policy_reason(e) for e in platform), [e for e in platform if policy_reason(e)]
 

@@ -7,18 +7,19 @@ platform's own faults (a sandbox that cannot start, a judge endpoint down, a com
 a grader past its deadline) are infra.
 
 The rule (`policy_reason`), applied by `ToolEnv` to every tool call and every `score` of its
-subclasses, and by `SingleTurnEnv.score`:
+subclasses, by `SingleTurnEnv.score`, and by the single-turn rollout to any environment:
 
+0. a `PolicyInputError`, raised by code that checked the policy's input and refuses it, is the
+   policy's (whatever it was raised while handling);
 1. an exception that is, or was raised from, a platform fault (`PlatformError`, the sandbox's
    `SandboxError`, `GraderTimeout`, `JudgeUnavailable`, an `OSError` other than a path too long,
    not encodable or looping) is infra;
-2. a `PolicyInputError` (raised by code that checked the policy's input and refuses it), or an
-   exception of the kinds that only data provokes - text that is not UTF-8 or cannot be encoded
+2. an exception of the kinds that only data provokes - text that is not UTF-8 or cannot be encoded
    (`UnicodeError`), values nested past the interpreter's depth (`RecursionError`), a NUL byte
    in a path or an argument, an integer too long to convert, JSON that does not parse - is the
    policy's: a tool answers `error: ...`, a grader scores 0 with the reason in
-   `info["reason"]` ("policy_input: ...") and the component `policy_input` = 1 (so the run's
-   `reward/policy_input` counts them);
+   `info["reason"]` ("policy_input: ...") and the component `policy_input` = 1 (each step's
+   `rollout/policy_input_errors` counts them);
 3. anything else (a `KeyError`, `TypeError`, `AttributeError`... from the grader's own code) is
    infra: it may be a real bug of the platform, and a bug must show, never score 0 in silence.
    A grader that must take a wrong-typed value from the policy checks it and raises
@@ -89,6 +90,8 @@ def _data_reason(error: BaseException) -> str | None:
 
 def policy_reason(error: BaseException) -> str | None:
     """Why `error` is the policy's failure (a reason to show or record), or None: the platform's (infra)."""
+    if isinstance(error, PolicyInputError):  # said by the code that checked the input: it knows
+        return str(error)
     chain = _chain(error)
     platform = _platform_types()
     if any(isinstance(e, platform) and _data_reason(e) is None for e in chain):
