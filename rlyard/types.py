@@ -75,6 +75,9 @@ class Trajectory:
     # None: every sampled token is under the run's rollout.temperature
     temperatures: list[float] | None = None
     info: dict[str, Any] = field(default_factory=dict)  # the grader's details (Reward.info): output, screenshot path ...
+    # the segments of one harness episode (its history rewritten) share it, and count as one episode in
+    # their group's statistics; "" = a trajectory that is its own episode
+    episode_id: str = ""
 
     @property
     def num_sampled_tokens(self) -> int:

@@ -11,14 +11,22 @@ from rlyard.algos.advantages import group_indices
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "prompt-mean", "constant")
 
 
-def token_weights(lengths: list[int], group_ids: list[str], mode: str = "token-mean", constant: float | None = None) -> list[float]:
+def token_weights(lengths: list[int], group_ids: list[str], mode: str = "token-mean", constant: float | None = None,
+                  episode_ids: list[str] | None = None) -> list[float]:
     """One weight per sequence, applied to each of its sampled tokens.
 
     lengths: sampled tokens per sequence (L_i). `constant` is Dr. GRPO's normaliser L_max.
+    episode_ids: sequences with one id are the segments of one episode (a harness that rewrote its
+    history), which the per-sequence modes count as one sequence of their summed length; None:
+    every sequence is an episode of its own.
     """
     live = [i for i, length in enumerate(lengths) if length > 0]
     if not live:
         return [0.0] * len(lengths)
+    episode_of = episode_ids or [str(i) for i in range(len(lengths))]
+    episode_tokens: dict[str, int] = {}
+    for i in live:
+        episode_tokens[episode_of[i]] = episode_tokens.get(episode_of[i], 0) + lengths[i]
     weights = [0.0] * len(lengths)
     if mode == "token-mean":
         total = sum(lengths)
@@ -26,15 +34,16 @@ def token_weights(lengths: list[int], group_ids: list[str], mode: str = "token-m
             weights[i] = 1.0 / total
     elif mode == "seq-mean-token-mean":
         for i in live:
-            weights[i] = 1.0 / (lengths[i] * len(live))
+            weights[i] = 1.0 / (episode_tokens[episode_of[i]] * len(episode_tokens))
     elif mode == "seq-mean-token-sum":
         for i in live:
-            weights[i] = 1.0 / len(live)
+            weights[i] = 1.0 / len(episode_tokens)
     elif mode == "constant":
         if not constant or constant <= 0:
             raise ValueError("loss aggregation 'constant' needs a positive normaliser (the max response length)")
+        count = len(set(episode_of))
         for i in live:
-            weights[i] = 1.0 / (len(lengths) * constant)
+            weights[i] = 1.0 / (count * constant)
     elif mode == "prompt-mean":
         groups = [members for members in group_indices(group_ids) if sum(lengths[i] for i in members) > 0]
         for members in groups:

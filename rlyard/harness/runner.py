@@ -16,7 +16,8 @@ episode goes through rlyard's own agent loop, unchanged. For the harness episode
 A harness that raises, a gateway that does not answer, a grader that crashes: the episode is
 `infra_error` (it leaves its group), never a 0. A session whose conversation did not continue
 (the harness rewrote its history) has several segments; each becomes a trajectory with the
-episode's reward. A segment longer than agent.max_total_tokens is cut there ("token_budget"):
+episode's reward and its `episode_id`, so that group statistics count the episode once. A
+segment longer than agent.max_total_tokens is cut there ("token_budget"):
 its prefix is still exactly what the policy sampled.
 """
 from __future__ import annotations
@@ -131,7 +132,7 @@ def play_one(gateway: Gateway, tokenizer, harness: Harness, env: Environment, ta
     segments = segments or [Trajectory(task_id=task.id, group_id=group_id, token_ids=[], loss_mask=[], behaviour_logprobs=[],
                                        policy_versions=[], turns=0)]
     return [replace(finished(segment, tokenizer, task, group_id, reward, components, finish, infra, error, seconds, limits),
-                    info=details) for segment in segments]
+                    info=details, episode_id=key) for segment in segments]
 
 
 def finished(segment: Trajectory, tokenizer, task: Task, group_id: str, reward: float, components: dict[str, float],

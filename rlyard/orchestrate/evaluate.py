@@ -7,7 +7,7 @@ from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
 from rlyard.envs.base import Family
 from rlyard.orchestrate.rollout import rollout
-from rlyard.types import SamplingParams, Task
+from rlyard.types import SamplingParams, Task, Trajectory
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
@@ -17,6 +17,19 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     if n - correct < k:
         return 1.0
     return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def one_per_episode(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The first segment of each episode: a harness episode whose history was rewritten comes back
+    as several trajectories with one reward, and counts once."""
+    seen: set[str] = set()
+    out = []
+    for trajectory in trajectories:
+        if trajectory.episode_id and trajectory.episode_id in seen:
+            continue
+        seen.add(trajectory.episode_id)
+        out.append(trajectory)
+    return out
 
 
 def evaluate(
@@ -37,12 +50,12 @@ def evaluate(
     """
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     correct, infra, lengths, turns, components, rewards = 0, 0, [], [], {}, []
-    per_task_hits: list[int] = []
+    per_task_hits: list[tuple[int, int]] = []  # per task: (episodes, solved ones)
     total, done = len(tasks) * (1 + samples), 0
     tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start : start + batch_size]
-        for traj in rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits):
+        for traj in one_per_episode(rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits)):
             correct += traj.reward >= 1.0
             infra += traj.infra_error
             rewards += [] if traj.infra_error else [traj.reward]
@@ -57,9 +70,11 @@ def evaluate(
             part = chunk[sub : sub + tasks_per_sampled_batch]
             sampled = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
                                      seed=seed + start + sub)
-            trajs = rollout(engine, tokenizer, family, part, samples, sampled, limits=limits)
-            for t in range(len(part)):
-                per_task_hits.append(sum(tr.reward >= 1.0 for tr in trajs[t * samples : (t + 1) * samples]))
+            by_task: dict[str, list[Trajectory]] = {}
+            for tr in one_per_episode(rollout(engine, tokenizer, family, part, samples, sampled, limits=limits)):
+                by_task.setdefault(tr.group_id, []).append(tr)
+            # one group per task, of `samples` episodes (whatever number of segments each came back as)
+            per_task_hits += [(len(group), sum(tr.reward >= 1.0 for tr in group)) for group in by_task.values()]
             done += len(part) * samples
             if progress is not None:
                 progress(done, total)
@@ -70,6 +85,6 @@ def evaluate(
         **{f"mean_{name}": sum(values) / len(values) for name, values in sorted(components.items())},
     }
     if samples:
-        result[f"pass@{k}"] = sum(pass_at_k(samples, hits, k) for hits in per_task_hits) / len(per_task_hits)
-        result["sampled_accuracy"] = sum(per_task_hits) / (samples * len(per_task_hits))
+        result[f"pass@{k}"] = sum(pass_at_k(n, hits, k) for n, hits in per_task_hits) / len(per_task_hits)
+        result["sampled_accuracy"] = sum(hits for _, hits in per_task_hits) / sum(n for n, _ in per_task_hits)
     return result

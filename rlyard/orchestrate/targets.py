@@ -59,24 +59,45 @@ def compute_advantages(
         return TrainTargets(advantages, [torch.zeros(t.num_sampled_tokens) for t in batch] if algo.advantage == "gae" else None)
     rewards = training_rewards(config, batch)
     metrics = {"reward/overlong_penalty": statistics.fmean(rewards[i] - batch[i].reward for i in valid)} if algo.soft_overlong else {}
-    rewards_V = torch.tensor([rewards[i] for i in valid], dtype=torch.float32)
-    groups_V = [batch[i].group_id for i in valid]
-    if algo.advantage == "grpo":
-        per_sequence_V = grpo(rewards_V, groups_V, std_normalize=algo.std_normalize)
-    elif algo.advantage == "dr_grpo":
-        per_sequence_V = dr_grpo(rewards_V, groups_V)
-    elif algo.advantage == "rloo":
-        per_sequence_V = rloo(rewards_V, groups_V)
-    elif algo.advantage == "remax":
-        if greedy is None:
-            raise ValueError("advantage remax needs the greedy decode's reward of each group (sample_batch returns them)")
-        per_sequence_V = remax(rewards_V, torch.tensor([greedy[g] for g in groups_V]))
-    else:
+    if algo.advantage not in ("grpo", "dr_grpo", "rloo", "remax"):
+        rewards_V = torch.tensor([rewards[i] for i in valid], dtype=torch.float32)
         targets = token_level_advantages(config, batch, valid, rewards_V, scores)
         return TrainTargets(targets.advantages, targets.returns, metrics | targets.metrics)
-    for i, value in zip(valid, per_sequence_V.tolist()):
-        advantages[i] = value
+    # The group baselines count episodes: a harness episode's segments share its one reward and advantage.
+    firsts, owner = episodes(batch, valid)
+    rewards_E = torch.tensor([rewards[i] for i in firsts], dtype=torch.float32)
+    groups_E = [batch[i].group_id for i in firsts]
+    if algo.advantage == "grpo":
+        per_episode_E = grpo(rewards_E, groups_E, std_normalize=algo.std_normalize)
+    elif algo.advantage == "dr_grpo":
+        per_episode_E = dr_grpo(rewards_E, groups_E)
+    elif algo.advantage == "rloo":
+        per_episode_E = rloo(rewards_E, groups_E)
+    else:
+        if greedy is None:
+            raise ValueError("advantage remax needs the greedy decode's reward of each group (sample_batch returns them)")
+        per_episode_E = remax(rewards_E, torch.tensor([greedy[g] for g in groups_E]))
+    values_E = per_episode_E.tolist()
+    for i in valid:
+        advantages[i] = values_E[owner[i]]
     return TrainTargets(advantages, None, metrics)
+
+
+def episode_key(batch: list[Trajectory], i: int) -> str:
+    """Which episode trajectory `i` is a segment of (one of its own unless it carries an episode_id)."""
+    return batch[i].episode_id or f"#{i}"
+
+
+def episodes(batch: list[Trajectory], indices: list[int]) -> tuple[list[int], dict[int, int]]:
+    """The first segment of each episode among `indices`, and for each index its episode's position there."""
+    firsts, position, owner = [], {}, {}
+    for i in indices:
+        key = episode_key(batch, i)
+        if key not in position:
+            position[key] = len(firsts)
+            firsts.append(i)
+        owner[i] = position[key]
+    return firsts, owner
 
 
 def token_level_advantages(

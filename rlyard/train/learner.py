@@ -153,7 +153,8 @@ class Learner:
         for _epoch in range(algo.ppo_epochs):
             for mb_indices in (order[k :: algo.minibatches] for k in range(algo.minibatches)):
                 # Infra-failed episodes (and truncated ones under overlong_filter): no loss, no share of the normaliser.
-                weights = self._token_weights([lengths[i] for i in mb_indices], [batch[i].group_id for i in mb_indices])
+                weights = self._token_weights([lengths[i] for i in mb_indices], [batch[i].group_id for i in mb_indices],
+                                              [batch[i].episode_id or f"#{i}" for i in mb_indices])
                 weight = dict(zip(mb_indices, weights))
                 live = [i for i in mb_indices if weight[i] > 0 and (needs_all or bool(advantages_T[i].any()))]
                 skipped += len(mb_indices) - len(live)
@@ -278,11 +279,12 @@ class Learner:
             self.critic.step()
         return fsdp.full_value(grad_norm)
 
-    def _token_weights(self, lengths: list[int], group_ids: list[str]) -> list[float]:
-        """`algo.loss_agg`'s weights; over several ranks, this rank's share of the whole minibatch's."""
+    def _token_weights(self, lengths: list[int], group_ids: list[str], episode_ids: list[str]) -> list[float]:
+        """`algo.loss_agg`'s weights (a harness episode's segments share its one); over several
+        ranks, this rank's share of the whole minibatch's (there each segment counts as a sequence)."""
         if self.group is not None:
             return fsdp.global_token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant, self.group)
-        return token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant)
+        return token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant, episode_ids)
 
     def _idle_passes(self, count: int) -> int:
         """How many zero-loss micro-batches this rank adds so that every rank runs as many as the busiest."""
