@@ -169,7 +169,9 @@ def test_ssim_identical_blank_and_flat_grey(browser, tmp_path):
     score, raw = visual_score(png, reference)
     assert raw == pytest.approx(1.0, abs=1e-9) and score == pytest.approx(1.0, abs=1e-9)
     blank = grade_dist(site(tmp_path / "blank", {"index.html": "<html><body><p>.</p></body></html>"}), task.payload, "blank")
-    assert blank.components["visual"] < 0.05 and blank.value == 0.0
+    # one dot: the blank-screenshot gate stops it; its visual score against the best flat page is ~0
+    assert blank.value == 0.0 and blank.components["blank_page"] == 1.0, blank
+    assert visual_score(Path(blank.info["screenshot"]).read_bytes(), reference)[0] < 0.05
     # flat images: sigma = 0, so SSIM is the luminance term (2 mx my + C1) / (mx^2 + my^2 + C1), C1 = (0.01 * 1)^2
     shots = {}
     for name, colour in (("white", "#ffffff"), ("grey", "#808080")):

@@ -87,7 +87,7 @@ def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
         info["drawn_share"] = round(share, 5)
         if share < MIN_DRAWN_SHARE:
             return gated("blank_page", f"the screenshot shows almost nothing ({share:.2%} of it differs from its "
-                                       f"dominant shade, under {MIN_DRAWN_SHARE:.1%})", info)
+                                       f"dominant shade, under {MIN_DRAWN_SHARE:.2%})", info)
     visual = raw = None
     if payload.get("reference") and rendered.screenshot is not None:
         visual, raw = visual_score(rendered.screenshot, load_reference(Path(payload["reference"])))
