@@ -174,10 +174,10 @@ def _texts(spec: dict) -> list[str]:
     return [str(t) for t in text] if isinstance(text, list) else [str(text)]
 
 
-def _fold(text: str, spec: dict) -> str:
-    """`text` as a rule compares it: normalised (normalize.py), and lower-cased unless the item is
-    case-sensitive. Both the answer and the rule's own text go through it."""
-    text = fold(text)
+def _fold(text: str, spec: dict, folded: bool = False) -> str:
+    """`text` as a rule compares it: normalised (normalize.py; `folded`: it already is), and
+    lower-cased unless the item is case-sensitive. Both the answer and the rule's own text go through it."""
+    text = text if folded else fold(text)
     return text if spec.get("case_sensitive") else text.lower()
 
 
@@ -217,17 +217,18 @@ def first_number_after(label: str, answer: str) -> float | None:
         return None
 
 
-def check_rule(item: Item, workspace: Path, answer: str) -> tuple[float, str]:
-    """(score 0 or 1, why) of one rule item, on the folded answer (and folded files)."""
+def check_rule(item: Item, workspace: Path, answer: str, folded: bool = False) -> tuple[float, str]:
+    """(score 0 or 1, why) of one rule item, on the folded answer (and folded files); `folded`:
+    the caller folded the answer already (grade_rubric folds it once for every item)."""
     spec = item.spec
-    answer = fold(answer)
+    answer = answer if folded else fold(answer)
     if item.method == "regex":
         flags = re.M | (0 if spec.get("case_sensitive") else re.I)
         hit = re.search(spec["pattern"], answer, flags)
         return float(bool(hit)), f"matched {hit.group(0)[:80]!r}" if hit else "no match"
     if item.method in ("contains", "not_contains"):
-        folded = _fold(answer, spec)
-        present = [t for t in _texts(spec) if _fold(t, spec) in folded]
+        seen = _fold(answer, spec, folded=True)
+        present = [t for t in _texts(spec) if _fold(t, spec) in seen]
         if item.method == "contains":
             missing = [t for t in _texts(spec) if t not in present]
             return float(not missing), f"missing {missing}" if missing else "all present"
@@ -254,7 +255,8 @@ def check_rule(item: Item, workspace: Path, answer: str) -> tuple[float, str]:
             return 0.0, f"{spec['path']} has {len(content.strip())} characters"
         if "contains" in spec:
             wanted = spec["contains"] if isinstance(spec["contains"], list) else [spec["contains"]]
-            missing = [t for t in wanted if _fold(str(t), spec) not in _fold(content, spec)]
+            content = _fold(content, spec, folded=True)
+            missing = [t for t in wanted if _fold(str(t), spec) not in content]
             if missing:
                 return 0.0, f"{spec['path']} lacks {missing}"
         return 1.0, f"{spec['path']} present"
@@ -307,7 +309,7 @@ def grade_rubric(rubric: Rubric, workspace: Path, answer: str, judge: JudgeFn | 
             score, why = judge(item.spec["criterion"], str(item.spec.get("key", "")), answer)
             score = min(1.0, max(0.0, float(score)))
         else:
-            score, why = check_rule(item, workspace, seen.text)
+            score, why = check_rule(item, workspace, seen.text, folded=True)
         scores[item.id] = score
         details[item.id] = {"method": item.method, "weight": item.weight, "gate": item.gate, "dimension": item.dimension,
                             "score": score, "why": why}
