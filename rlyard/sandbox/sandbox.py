@@ -13,6 +13,11 @@ therefore enter the namespaces as root and drop to a uid with setpriv (no capabi
 bounding set, no_new_privs) before the command starts; each run takes its own uid from a pool
 (`uids.py`), so concurrent runs share no per-uid kernel state. As a normal user bwrap's user
 namespace keeps the caller's own uid, which the kernel does limit.
+
+Where the host allows mounts (root), a `Sandbox` also owns two mounts for its lifetime
+(`mounts.py`): a size- and inode-limited tmpfs on the workspace itself, so the quota is the
+kernel's ENOSPC rather than a walk, and a private view of the system tree, so locks on system
+files are not shared with other sandboxes; `close()` (or garbage collection) unmounts them.
 """
 from __future__ import annotations
 
