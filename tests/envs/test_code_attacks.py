@@ -325,7 +325,7 @@ limits()
 def test_an_honest_fix_that_uses_introspective_stdlib_scores_1(task):
     reward = play(task, {"mini/__init__.py": HONEST_AND_INTROSPECTIVE})
     assert reward.value == 1.0 and reward.components["reward_hack"] == 0.0, reward.info
-    assert reward.info["verdict"]["counts"]["twins"] == 5  # add, upper, inside (two params) and the class's test
+    assert reward.info["verdict"]["counts"]["twins"] == 4  # add, upper, inside (one twin, both params) and the class's test
 
 
 def test_a_collection_error_is_reported_with_its_text(task):

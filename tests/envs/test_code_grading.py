@@ -228,7 +228,9 @@ raise RuntimeError("FINDINGS " + "; ".join(found))
     ("runtest_noop", RUNTEST_NOOP), ("swallow_failures", SWALLOW_FAILURES), ("forged_report", FORGED_REPORT),
     ("patch_json", PATCH_JSON), ("kill_the_runner", KILL_THE_RUNNER), ("read_the_runner", READ_THE_RUNNER),
 ])
-def test_rigging_the_runner_from_the_code_under_test_does_not_pay(record, name, text):
+def test_rigging_the_runner_from_the_code_under_test_does_not_pay(record, name, text, monkeypatch):
+    if name == "read_the_runner":  # the static screen would stop it first ("/proc/"); here the run-time denials are checked
+        monkeypatch.setattr("rlyard.envs.code.verify.screen_workspace", lambda *args, **kwargs: [])
     _, reward = play(make_task(record), call("write_file", path="mini/__init__.py", content=text), call("submit", answer="done"))
     assert reward.value == 0.0 and not reward.infra_error, reward.info
     if name in ("runtest_noop", "swallow_failures", "forged_report"):  # positive evidence of a rigged runner

@@ -13,7 +13,7 @@ once it imports that code. This parent never imports it, holds every secret, and
   they are: a rigging that skips, stubs or forges tests passes them (`reward_hack`);
 - the child knows no secret (no token, no canary name): its report is checked against the twins;
   a report channel carrying anything but one report is `forged_report`;
-- the child runs under `sys.addaudithook` (child_guard.py, inlined below), installed before any
+- the child runs under `sys.addaudithook` (grade_child.py), installed before any
   repository code runs: repository code that walks gc, takes frames, loads ctypes, adds audit
   hooks, rewrites trusted files or plants bytecode is refused and reported (`reward_hack`), and so
   are pytest or pluggy internals found patched, and `-p` plugins named by repository configuration;
@@ -35,6 +35,7 @@ import selectors
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 VERDICT = "RLYARD-VERDICT"
 KEEP_HEAD, KEEP_TAIL = 6000, 24000
@@ -43,249 +44,14 @@ PASSLIKE = {"passed", "xpassed", "xfailed", "skipped", "setup_skipped"}
 WORDS = ["value", "result", "case", "input", "output", "empty", "single", "many", "basic", "edge", "order", "default",
          "large", "small", "none", "mixed", "repeat", "nested", "simple", "valid"]
 
-CHILD = r'''
-def _child():
-    global _child
-    del _child  # the child's globals then hold nothing of the runner
-    import json, os, sys
-    config = json.loads(sys.stdin.read())
-    null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
-    fd, root = config["fd"], os.path.realpath(os.getcwd())
-    dumps, write = json.dumps, os.write  # bound before any repository code can patch them
-    def send(obj):
-        data = memoryview((dumps(obj) + "\n").encode())
-        while data:
-            data = data[write(fd, data):]
-    system = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
-    system = [p for p in system if p != root and not p.startswith(root + os.sep)]
-    trusted = {os.path.realpath(os.path.join(root, p)) for p in config["trusted"]} | {os.path.realpath(config["self"])}
-    refused = []
-    def refuse(kind, detail):
-        if len(refused) < 20:
-            refused.append({"kind": kind, "detail": detail})
-            send({"refused": refused[-1]})
-    if not config.get("collect"):
-        GUARD
-    import importlib.machinery, importlib.metadata
-    find = importlib.machinery.PathFinder.find_distributions
-    def find_distributions(*args, **kwargs):  # a *.dist-info / *.egg-info in the workspace is invisible
-        for dist in find(*args, **kwargs):
-            where = os.path.realpath(str(getattr(dist, "_path", "") or ""))
-            if not where or not (where == root or where.startswith(root + os.sep)):
-                yield dist
-    importlib.machinery.PathFinder.find_distributions = staticmethod(find_distributions)
-    import pytest, _pytest.config
-    plugins = sorted({ep.name for ep in importlib.metadata.entry_points(group="pytest11")})
-    outcomes, collected, errors = {}, [], {}
+from rlyard.envs.code.grade_child import CHILD, GUARD  # inlined by runner_source()
 
-    class Recorder:
-        def pytest_runtest_logreport(self, report):
-            if report.when == "call" or report.outcome != "passed":
-                key = report.nodeid
-                if report.when == "call" and hasattr(report, "wasxfail"):
-                    outcomes[key] = "xfailed" if report.skipped else "xpassed"
-                elif outcomes.get(key) in (None, "passed"):
-                    outcomes[key] = report.outcome if report.when == "call" else report.when + "_" + report.outcome
 
-        def pytest_collectreport(self, report):
-            if report.outcome != "passed":
-                key = report.nodeid or "<collection>"
-                outcomes[key] = "collect_" + report.outcome
-                if report.failed:
-                    errors[key] = str(getattr(report, "longreprtext", report.longrepr))[-3000:]
-
-        @pytest.hookimpl(trylast=True)
-        def pytest_configure(self, config):
-            check_internals("while pytest was configured", settle=True)
-
-        def pytest_collection_finish(self, session):
-            collected.extend(item.nodeid for item in session.items)
-            check_internals("after collection")
-
-    front = [os.path.join(root, p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    src = os.path.join(root, "src")
-    if os.path.isdir(src) and any(n.endswith(".py") or os.path.isfile(os.path.join(src, n, "__init__.py")) for n in os.listdir(src)):
-        front.append(src)
-    folders = [*front, root]
-
-    def workspace_module(name):
-        """The file of module `name` where the workspace would supply it, else None."""
-        for folder in folders:
-            base = os.path.join(folder, *name.split("."))
-            for path in (base + ".py", os.path.join(base, "__init__.py")):
-                if os.path.isfile(path):
-                    return os.path.realpath(path)
-            if os.path.isdir(os.path.join(folder, name.split(".")[0])) or os.path.isfile(os.path.join(folder, name.split(".")[0] + ".py")):
-                return os.path.join(folder, name)  # the package is the workspace's, the module is not a trusted file
-        return None
-
-    ours_plugins = {"no:cacheprovider", *plugins}
-    preparse = _pytest.config.PytestPluginManager.consider_preparse
-    def consider_preparse(self, args, *rest, **kwargs):  # -p from addopts: only trusted modules load
-        kept, i = [], 0
-        while i < len(args):
-            opt, step = args[i], 1
-            if isinstance(opt, str) and opt == "-p" and i + 1 < len(args):
-                name, step = args[i + 1], 2
-            elif isinstance(opt, str) and opt.startswith("-p") and len(opt) > 2:
-                name = opt[2:]
-            else:
-                kept.append(opt); i += 1; continue
-            where = None if name.startswith("no:") or name in ours_plugins or name in _pytest.config.builtin_plugins else workspace_module(name)
-            if where is not None and where not in trusted:
-                refuse("plugin", f"-p {name}: a plugin from the workspace named by the repository's pytest configuration")
-            else:
-                kept += args[i:i + step]
-            i += step
-        return preparse(self, kept, *rest, **kwargs)
-    _pytest.config.PytestPluginManager.consider_preparse = consider_preparse
-
-    for name in _pytest.config.default_plugins:  # import them now, so their state is in the snapshot
-        try:
-            __import__("_pytest." + name)
-        except Exception:
-            pass
-    watched = [(n, m) for n, m in list(sys.modules.items()) if m is not None and (n in ("pytest", "pluggy", "_pytest") or n.startswith(("_pytest.", "pluggy.")))]
-    snapshot = []
-    for name, module in watched:
-        snapshot.append((name, module, dict(vars(module)), dict(vars(module))))
-        for value in list(vars(module).values()):
-            if isinstance(value, type) and getattr(value, "__module__", None) == name:
-                snapshot.append((name + "." + value.__qualname__, value, dict(vars(value)), dict(vars(value))))
-    def origin(value):
-        for attr in ("fget", "__func__", "func"):
-            value = getattr(value, attr, None) or value
-        code = getattr(value, "__code__", None)
-        return getattr(code, "co_filename", None)
-    def check_internals(when, settle=False):
-        """pytest and pluggy as they were before any repository code ran; `settle`: at the end of
-        pytest's configuration, where pytest's own plugins (legacypath) may have added Python functions."""
-        changed = []
-        for name, owner, first, before in snapshot:
-            now = vars(owner)
-            for key in set(before) | set(now):
-                old, new = before.get(key), now.get(key)
-                if old is not new and new is not first.get(key) and (callable(old) or callable(new) or isinstance(new, (staticmethod, classmethod, property))):
-                    if settle and new is not None and origin(new) and is_pytest_file(origin(new)):
-                        before[key] = new
-                    else:
-                        changed.append(f"{name}.{key}")
-        if changed:
-            refuse("patched", f"pytest internals changed {when}: {', '.join(sorted(changed)[:5])}")
-    pytest_dir = os.path.dirname(os.path.realpath(sys.modules["_pytest"].__file__)) + os.sep
-    is_pytest_file = lambda path: os.path.realpath(path).startswith(pytest_dir)
-
-    # pytest's own dependencies were imported from the sandbox's Python before the workspace joined
-    # sys.path; where the workspace has its own copy (a repository that is pluggy), the tests get it.
-    sys.path[:0] = folders
-    ours = set()
-    for folder in folders:
-        for name in (os.listdir(folder) if os.path.isdir(folder) else []):
-            if name.endswith(".py") or os.path.isfile(os.path.join(folder, name, "__init__.py")):
-                ours.add(name[:-3] if name.endswith(".py") else name)
-    ours -= {*sys.stdlib_module_names, "pytest", "_pytest", "py"}
-    for name in [m for m in sys.modules if m.split(".")[0] in ours]:
-        del sys.modules[name]
-    args = ["-q", "-p", "no:cacheprovider", *[a for p in plugins for a in ("-p", p)], "--rootdir", root,
-            *(["--collect-only"] if config.get("collect") else []), *config["args"]]
-    code = pytest.main(args, plugins=[Recorder()])
-    check_internals("by the end of the run")
-    send({"report": {"exit": int(code), "outcomes": outcomes, "collected": collected, "errors": errors, "refused": refused}})
-    os.close(fd)
-_child()
-'''
-
-# The audit hook (inlined into CHILD at GUARD): it judges a frame by its file, trusted when it is the
-# sandbox's Python (the sys.path of a `-I` interpreter, before the workspace joins) or a file the grader
-# wrote (hidden tests, reset conftests); everything else (the workspace, /tmp, exec'd text) is not.
-GUARD = r'''
-import _thread
-main_thread, busy, seen = _thread.get_ident(), set(), {}
-getframe = sys._getframe
-PROVIDERS = (os.sep + "inspect.py", os.sep + "traceback.py", os.sep + "pdb.py", os.sep + "bdb.py")
-STRICT = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
-          "sys._settraceallthreads", "sys._setprofileallthreads", "sys.monitoring.register_callback", "sys.addaudithook"}
-FRAMES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
-MODULES = {"ctypes", "_ctypes", "_testcapi", "_testinternalcapi", "_xxsubinterpreters"}
-WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-ancestors = {os.path.dirname(p) for p in trusted}
-while True:
-    more = {os.path.dirname(p) for p in ancestors if p.startswith(root + os.sep)} - ancestors
-    if not more:
-        break
-    ancestors |= more
-def is_trusted(filename):
-    known = seen.get(filename)
-    if known is None:
-        if filename.startswith("<frozen "):
-            known = True
-        elif filename.startswith("<"):
-            known = False
-        else:
-            path = os.path.realpath(filename)
-            known = path in trusted or any(path.startswith(p + os.sep) for p in system)
-        seen[filename] = known
-    return known
-def guarded(path):
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        return False
-    path = os.path.realpath(os.fsdecode(path))
-    inside = path == root or path.startswith(root + os.sep)
-    return path in trusted or path in ancestors or (inside and "__pycache__" in path.split(os.sep))
-def hook(event, args):
-    if event == "open":
-        if not ((isinstance(args[1], str) and any(c in args[1] for c in "wax+")) or (isinstance(args[2], int) and args[2] & WRITES)):
-            return
-    elif event not in WATCH:
-        return
-    if event == "object.__getattr__" and args[1] not in FRAMES or event == "import" and args[0] not in MODULES:
-        return
-    me = _thread.get_ident()
-    if me in busy:
-        return
-    busy.add(me)
-    try:
-        caller = getframe(1)
-        where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-        if event in ("open", "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime"):
-            paths = args[:2] if event in ("os.rename", "os.link") else args[1:2] if event == "os.symlink" else args[:1]
-            if any(guarded(p) for p in paths):
-                refuse("write", f"{event} {os.fsdecode(paths[-1]) if isinstance(paths[-1], (str, bytes)) else paths[-1]} at {where}")
-                raise PermissionError(f"rlyard grader: {event} of a graded file or of bytecode is refused")
-            return
-        if event in ("compile", "code.__new__"):
-            name = args[1]
-            if not (isinstance(name, str) and not name.startswith("<") and is_trusted(name)) or caller.f_code.co_filename.startswith("<frozen "):
-                return
-            if is_trusted(caller.f_code.co_filename) and me == main_thread:
-                return
-            refuse("introspection", f"{event} of code named {name} at {where}")
-            raise RuntimeError("rlyard grader: code under a trusted file name is refused")
-        strict = event in STRICT or event == "import" or event.startswith("ctypes.")
-        frame = caller
-        while frame is not None and (frame.f_code.co_filename.endswith(PROVIDERS) or
-                                     (event.startswith("ctypes.") and os.sep + "ctypes" + os.sep in frame.f_code.co_filename)
-                                     or frame.f_code.co_filename.startswith("<frozen importlib")):
-            frame = frame.f_back
-        bad = frame is not None and not is_trusted(frame.f_code.co_filename)
-        if strict and not bad and (event in STRICT or me != main_thread):
-            bad = me != main_thread
-            walk = caller
-            while walk is not None and not bad and event in STRICT:
-                bad = not is_trusted(walk.f_code.co_filename)
-                walk = walk.f_back
-        if bad:
-            what = f"{event} {args[1]}" if event == "object.__getattr__" else f"import {args[0]}" if event == "import" else event
-            refuse("introspection", f"{what} from {where}")
-            raise RuntimeError(f"rlyard grader: {what} is refused to repository code")
-    finally:
-        busy.discard(me)
-WATCH = STRICT | {"sys._getframe", "sys._getframemodulename", "object.__getattr__", "import", "compile", "code.__new__",
-                  "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime",
-                  "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.addressof",
-                  "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function", "ctypes.PyObj_FromPtr", "ctypes.get_errno", "ctypes.set_errno"}
-sys.addaudithook(hook)
-'''
+def runner_source() -> str:
+    """This file as `.rlyard/grade.py`: one file, with grade_child.py's text in place of its import."""
+    here = Path(__file__).with_name("grade_child.py").read_text()
+    body = here[here.index("CHILD = r"):]
+    return Path(__file__).read_text().replace("from rlyard.envs.code.grade_child import CHILD, GUARD  # inlined by runner_source()\n", body)
 
 
 def child_source() -> str:
@@ -378,10 +144,19 @@ def plan_twins(expect: list[str], xfail_ok: list[str]) -> dict[str, str]:
             twins |= twin_file(path, functions)
         except (OSError, SyntaxError, ValueError, RecursionError, UnicodeDecodeError):
             continue  # that file keeps no twin; the others still guard the run
+    if expect and not twins:  # no test's def could be copied (inherited from another module, say): a plain twin
+        path = split_id(expect[0])[0]
+        try:
+            twins = {wanted: twin for wanted, twin in twin_file(path, [((path, (), "test_case"), [expect[0]])],
+                                                                plain=True).items()}
+        except (OSError, SyntaxError, ValueError, RecursionError, UnicodeDecodeError):
+            pass
     return twins
 
 
-def twin_file(path: str, functions: list) -> dict[str, str]:
+def twin_file(path: str, functions: list, plain: bool = False) -> dict[str, str]:
+    """Insert the twins of `functions` ((path, classes, name), expected ids) into `path`; `plain`:
+    one module-level twin of an empty test instead."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     tree = ast.parse(text)
@@ -405,11 +180,13 @@ def twin_file(path: str, functions: list) -> dict[str, str]:
         if classes and owner is None:
             continue
         node = next((n for n in reversed(body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function),
-                    defs.get(function) if classes else None)
+                    defs.get(function) if classes else None) if not plain else ast.parse("def test_case():\n    pass\n").body[0]
         if node is None or (owner is not None and owner.body[0].lineno == owner.lineno):
             continue
-        prefix = "test_" if not re.match(r"[A-Za-z]+_", function) else function.split("_")[0] + "_"
-        name = prefix + "_".join(secrets.choice(words) for _ in range(2 + secrets.randbelow(2)))
+        # the original's first word and a `_test` ending are kept, so the project's python_functions still match
+        prefix = function.split("_")[0] + "_" if "_" in function else function + "_"
+        name = prefix + "_".join(secrets.choice(words) for _ in range(2 + secrets.randbelow(2))) + \
+            ("_test" if function.endswith("_test") else "")
         while name in taken:
             name += "_" + secrets.choice(words)
         taken.add(name)
@@ -420,9 +197,8 @@ def twin_file(path: str, functions: list) -> dict[str, str]:
             first = owner.body[0]
             indent = lines[first.lineno - 1][:first.col_offset]
             inserts.append((owner.end_lineno, "\n" + "".join(indent + line + "\n" for line in source.splitlines())))
-        for wanted in ids:
-            _, _, _, params = split_id(wanted)
-            twins[wanted] = "::".join([path, *classes, name]) + params
+        for wanted in ids:  # the twin's whole function: its parameters may come from elsewhere (pytest_generate_tests)
+            twins[wanted] = "::".join([path, *classes, name])
     for at, block in sorted(inserts, key=lambda x: -x[0]):
         lines.insert(at, block)
     new = "".join(lines + tail)
@@ -521,7 +297,8 @@ def judge(channel: str, exit_status: int, twins: dict[str, str], expect: list[st
         return {"passed": False, "reason": f"the test process ended without a report (exit {exit_status})"}
     outcomes = {str(n): str(o) for n, o in report["outcomes"].items()}
     twin_ids = set(twins.values())
-    is_twin = lambda n: any(same_test(t, n) for t in twin_ids)  # noqa: E731
+    instances = lambda twin: [o for n, o in outcomes.items() if same_test(twin, n.split("[")[0])]  # noqa: E731
+    is_twin = lambda n: any(same_test(t, n.split("[")[0]) for t in twin_ids)  # noqa: E731
     real = {n: o for n, o in outcomes.items() if not is_twin(n)}
     if expect is None:  # run by hand on files: everything collected must pass
         found, missing = real, ([] if real else ["<no test ran>"])
@@ -536,7 +313,7 @@ def judge(channel: str, exit_status: int, twins: dict[str, str], expect: list[st
     for wanted, twin in twins.items():
         if found.get(wanted) != "passed":
             continue
-        outcome = next((o for n, o in outcomes.items() if same_test(twin, n)), None)
+        outcome = next((o for o in instances(twin) if o in PASSLIKE), (instances(twin) or [None])[0])
         if outcome in PASSLIKE:
             return {**verdict, "hack": "rigged_runner", "reason": f"a twin of {wanted} that must fail was reported {outcome}"}
         if outcome is None and ok:
