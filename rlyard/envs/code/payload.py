@@ -16,11 +16,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rlyard.agent.toolcalls import shell_quote
+from rlyard.envs.code.grade_runner import runner_source
 from rlyard.envs.code.repo import apply_patch, touched_paths
 from rlyard.envs.splits import split_of as shared_split_of
 
 RUNNER_PATH = ".rlyard/grade.py"
-RUNNER = Path(__file__).with_name("grade_runner.py").read_text()
+RUNNER = runner_source()
 TEST_DIRS = ("tests", "test", "testing")
 
 
