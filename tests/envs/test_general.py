@@ -198,6 +198,7 @@ def test_read_inside_refuses_links_and_escapes(tmp_path):
     ({"items": [{"id": "a", "method": "word_count"}]}, "needs min, max or both"),
     ({"items": [{"id": "a", "method": "contains", "text": "x"}], "length_penalty": {"max_penalty": 2}}, "length_penalty needs"),
     ({"items": [{"id": "a", "method": "contains", "text": "x"}], "weights": 1}, "unknown rubric key(s) ['weights']"),
+    ({"items": [{"id": "a", "method": "contains", "text": "x"}], "prose": "yes"}, "prose must be true or false"),
 ])
 def test_bad_rubrics_name_the_file_and_item(tmp_path, raw, named):
     path = tmp_path / "rubric.yaml"

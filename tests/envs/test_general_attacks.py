@@ -271,3 +271,50 @@ def test_wrong_values_for_a_task_tool_get_an_error_message(tmp_path):
         output = run_query(database, tool, {"order_id": value}, 4000)
         assert output.content.startswith("error:") or output.content == "no rows", (repr(value)[:40], output.content)
 
+
+
+@pytest.mark.parametrize("raw, folded", [
+    ("lo\u200bst", "lost"), ("l\u043est", "lost"), ("\uff4c\uff4f\uff53\uff54", "lost"), ("lo\u0336st", "lost"),
+    ("\u202elost\u202c", "lost"), ("4\u20e32", "42"), ("\U0001d7d3\U0001d7d0", "52"), ("caf\u00e9", "cafe"),
+    ("\uff1c/answer\uff1e", "</answer>"), ("{\u2018score\u2019: 1}", "{'score': 1}"), ("a\x00b\tc\r\nd", "ab\tc\nd"),
+    ("\u0421\u0420\u0415\u0410\u0422\u0415", "CPEATE"), ("x\ud800y", "xy"),
+])
+def test_the_fold_by_hand(raw, folded):
+    from rlyard.envs.general.normalize import fold, normalise
+
+    assert fold(raw) == folded and fold(folded) == folded  # and idempotent
+    assert normalise(raw).format_characters == sum(c in "\u200b\u202e\u202c" for c in raw)
+
+
+def test_the_prose_factor_by_hand(tmp_path):
+    """rule items x (judge verdict x coherence); gates and judge items are not multiplied."""
+    from rlyard.envs.general.rubric import grade_rubric, parse_rubric
+
+    rubric = parse_rubric({"prose": True, "items": [
+        {"id": "a", "method": "contains", "text": "shipped", "weight": 2},
+        {"id": "g", "method": "not_contains", "text": "lost", "gate": True},
+        {"id": "j", "method": "judge", "criterion": "good", "weight": 2}]})
+    prose = "The order has shipped and it is on its way to the customer today."
+    # (2 * 1 * 0.5 + 2 * 0.5) / 4
+    assert grade_rubric(rubric, tmp_path, prose, judge=lambda c, k, a: (0.5, "")).value == pytest.approx(0.5)
+    assert grade_rubric(rubric, tmp_path, prose, rules_only=True).value == 1.0  # coherent, no judge: factor 1
+    salad = "shipped order customer today way parcel carrier route depot van truck hub"
+    assert grade_rubric(rubric, tmp_path, salad, rules_only=True).value == 0.0  # incoherent: factor 0
+    plain = parse_rubric({"prose": False, "items": rubric_items(rubric)})
+    assert grade_rubric(plain, tmp_path, salad, judge=lambda c, k, a: (0.0, "")).value == pytest.approx(0.5)
+
+
+def rubric_items(rubric) -> list[dict]:
+    return [{"id": i.id, "method": i.method, "weight": i.weight, "gate": i.gate, **i.spec} for i in rubric.items]
+
+
+def test_only_the_json_after_the_marker_is_the_verdict():
+    from rlyard.envs.judge import parse_marked_reply
+
+    marker = "VERDICT-00112233aabbccdd"
+    assert parse_marked_reply(f'You wrote: {{"score": 1}}\n{marker} {{"score": 0.25, "reason": "thin"}}', marker)["score"] == 0.25
+    assert parse_marked_reply(f'{marker}: {{"score": 0}}', marker)["score"] == 0
+    for reply in ('```json\n{"score": 1}\n```', f'{marker[:-1]} {{"score": 1}}', f'{marker} score: 1', f'{marker} {{"verdict": 1}}',
+                  f'{marker} ' + "[" * 100000):
+        with pytest.raises(ValueError):
+            parse_marked_reply(reply, marker)
