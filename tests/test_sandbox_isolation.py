@@ -34,7 +34,7 @@ NR = {"x86_64": {"add_key": 248, "keyctl": 250, "ptrace": 101, "process_vm_readv
                  "swapoff": 168, "acct": 163, "pivot_root": 155, "umount2": 166, "request_key": 249,
                  "process_vm_writev": 311, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
                  "fanotify_mark": 301, "fadvise64": 221, "readahead": 187, "mincore": 27, "cachestat": 451,
-                 "preadv2": 327, "madvise": 28},
+                 "preadv2": 327, "madvise": 28, "fcntl": 72},
       "aarch64": {"add_key": 217, "keyctl": 219, "ptrace": 117, "process_vm_readv": 270, "clone": 220, "clone3": 435,
                   "unshare": 97, "mount": 40, "setns": 268, "io_uring_setup": 425, "bpf": 280, "kcmp": 272,
                   "perf_event_open": 241, "userfaultfd": 282, "open_by_handle_at": 265, "init_module": 105,
@@ -42,7 +42,7 @@ NR = {"x86_64": {"add_key": 248, "keyctl": 250, "ptrace": 101, "process_vm_readv
                   "swapoff": 225, "acct": 89, "pivot_root": 41, "umount2": 39, "request_key": 218,
                   "process_vm_writev": 271, "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_mark": 263,
                   "fadvise64": 223, "readahead": 213, "mincore": 232, "cachestat": 451, "preadv2": 286,
-                  "madvise": 233}}.get(ARCH)
+                  "madvise": 233, "fcntl": 25}}.get(ARCH)
 needs_arch = pytest.mark.skipif(NR is None, reason=f"syscall numbers not known for {ARCH}")
 
 
@@ -234,6 +234,8 @@ for name, n in nr.items():
     elif name == "madvise":
         call("madvise_pageout", n, 0, 4096, 21)
         call("madvise_cold", n, 0, 4096, 20)
+    elif name == "fcntl":
+        call("fcntl_notify", n, os.open("/usr", os.O_RDONLY), 1026, 0x1)  # F_NOTIFY DN_ACCESS: dnotify
     else:
         call(name, n, 0, 0, 0, 0, 0, 0)
 if {x86}:
@@ -260,10 +262,11 @@ def test_seccomp_denies_dangerous_syscalls(ws):
     for name, (ret, err) in got.items():
         assert (ret, err) == expected.get(name, (-1, 1)), (name, ret, err)  # EPERM
     assert {"add_key", "ptrace", "process_vm_readv", "unshare_newuser", "clone_newuser", "io_uring_setup",
-            "inotify_init1", "fadvise64", "mincore", "preadv2_nowait", "madvise_pageout"} <= set(got)
+            "inotify_init1", "fadvise64", "mincore", "preadv2_nowait", "madvise_pageout", "fcntl_notify"} <= set(got)
     # their ordinary uses still work: preadv2 without RWF_NOWAIT, madvise(MADV_DONTNEED) (malloc's)
     r = box.run("python3 -c \"import mmap, os; fd = os.open('/etc/hosts', os.O_RDONLY); b = bytearray(4); "
-                "print(os.preadv(fd, [b], 0)); m = mmap.mmap(-1, 1 << 20); m.madvise(mmap.MADV_DONTNEED); print('ok')\"")
+                "print(os.preadv(fd, [b], 0)); m = mmap.mmap(-1, 1 << 20); m.madvise(mmap.MADV_DONTNEED); "
+                "import fcntl; print(fcntl.fcntl(fd, fcntl.F_GETFD) >= 0 and 'ok')\"")
     assert r.stdout == b"4\nok\n", r
     # ordinary process creation still works (fork, threads, posix_spawn, pipes)
     r = box.run("python3 -c \"import subprocess, threading; t = threading.Thread(target=print, args=('t',));"

@@ -17,8 +17,9 @@ The program, in order:
    (issue 36: they carried bits between sandboxes): inotify and fanotify (watches on system
    files see other sandboxes' reads), `fadvise64` (evicts shared page cache), `readahead`,
    `mincore` and `cachestat` (read residency).
-4. `preadv2` with `RWF_NOWAIT` (fails when the data is not cached: a residency probe) and
-   `madvise` with `MADV_COLD` or `MADV_PAGEOUT` (evict shared file pages) fail with EPERM.
+4. `preadv2` with `RWF_NOWAIT` (fails when the data is not cached: a residency probe),
+   `madvise` with `MADV_COLD` or `MADV_PAGEOUT` (evict shared file pages) and `fcntl` with
+   `F_NOTIFY` (dnotify: inotify's older form, a watch on a folder) fail with EPERM.
 5. `clone` with any `CLONE_NEW*` flag fails with EPERM (the same as `unshare`); `clone3`
    fails with ENOSYS, because its flags sit in memory a filter cannot read: libc then falls
    back to `clone`, which is checked.
@@ -41,7 +42,7 @@ RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low word (little-endian)
-_OFF_ARG2, _OFF_ARG5 = 16 + 8 * 2, 16 + 8 * 5
+_OFF_ARG1, _OFF_ARG2, _OFF_ARG5 = 16 + 8, 16 + 8 * 2, 16 + 8 * 5
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
@@ -70,6 +71,8 @@ PREADV2 = (327, 286)
 RWF_NOWAIT = 0x8
 MADVISE = (28, 233)
 MADV_EVICT = (20, 21)  # MADV_COLD, MADV_PAGEOUT
+FCNTL = (72, 25)
+F_NOTIFY = 1026
 CLONE = (56, 220)
 CLONE3 = (435, 435)
 
@@ -104,6 +107,7 @@ def program(arch: str | None = None) -> bytes:
         (_JEQ_K, "enosys", 0, CLONE3[col]),
         (_JEQ_K, "preadv2", 0, PREADV2[col]),
         (_JEQ_K, "madvise", 0, MADVISE[col]),
+        (_JEQ_K, "fcntl", 0, FCNTL[col]),
         (_JEQ_K, 0, "allow", CLONE[col]),
         (_LD_W_ABS, 0, 0, _OFF_ARG0),
         (_JSET_K, "eperm", "allow", CLONE_NEW_FLAGS),
@@ -112,6 +116,8 @@ def program(arch: str | None = None) -> bytes:
     ins += [(_LD_W_ABS, 0, 0, _OFF_ARG5), (_JSET_K, "eperm", "allow", RWF_NOWAIT)]
     labels["madvise"] = len(ins)
     ins += [(_LD_W_ABS, 0, 0, _OFF_ARG2), (_JEQ_K, "eperm", 0, MADV_EVICT[0]), (_JEQ_K, "eperm", "allow", MADV_EVICT[1])]
+    labels["fcntl"] = len(ins)
+    ins += [(_LD_W_ABS, 0, 0, _OFF_ARG1), (_JEQ_K, "eperm", "allow", F_NOTIFY)]
     labels.update({"allow": len(ins), "eperm": len(ins) + 1, "enosys": len(ins) + 2})
     ins += [(_RET_K, 0, 0, RET_ALLOW), (_RET_K, 0, 0, RET_ERRNO | errno.EPERM),
             (_RET_K, 0, 0, RET_ERRNO | errno.ENOSYS)]
