@@ -12,7 +12,7 @@ import pytest
 
 from rlyard.agent.tools import ToolBox
 from rlyard.sandbox import Limits, Sandbox, mounts
-from rlyard.sandbox.sandbox import bwrap_works
+from rlyard.sandbox.sandbox import bwrap_works, unshare_available
 
 QUOTA = 64 << 20
 LIMITS = Limits(wall_s=60, cpu_s=60, memory_bytes=512 << 20, group_memory_bytes=1 << 30, fsize_bytes=4 << 30,
@@ -132,6 +132,21 @@ def test_150000_files_at_the_default_quota(tmp_path):
         out = call(box, "python3 -c \"\nfor i in range(150000): open(f'e{i}', 'w').close()\"")
         assert "No space left on device" in out, out
         assert len(os.listdir(box.workspace)) <= Limits().workspace_inodes
+    finally:
+        mounts.remove_workspace(box.workspace)
+        box.close()
+
+
+@needs_quota
+@pytest.mark.skipif(not unshare_available(), reason="unshare cannot start a sandbox here")
+def test_the_quota_holds_under_unshare_too(tmp_path):
+    """The tmpfs is the host's, so the weaker isolation gets the same bound."""
+    (tmp_path / "ws").mkdir()
+    box = Sandbox(tmp_path / "ws", LIMITS, isolation="unshare")
+    try:
+        out = [call(box, f"for i in $(seq 64); do head -c 16M /dev/zero > u{n}_$i || exit 1; done") for n in range(2)]
+        assert all("No space left on device" in o for o in out), out
+        assert usage(box.workspace)[0] <= QUOTA + (1 << 20)
     finally:
         mounts.remove_workspace(box.workspace)
         box.close()
