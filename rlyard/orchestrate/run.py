@@ -8,7 +8,6 @@ cuts trajectories.jsonl and dropped.jsonl back to its step; docs/reliability.md.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -84,9 +83,10 @@ class Run:
     def __init__(self, config: RunConfig, run_dir: Path, resume: bool = False, engine=None, followers: list = ()):
         self.config, self.run_dir, self.wall_started = config, run_dir, time.perf_counter()
         run_dir.mkdir(parents=True, exist_ok=True)
-        os.environ["RLYARD_RUN_DIR"] = str(run_dir.resolve())  # families write artefacts under it (webdev: screenshots/)
         write_atomic(run_dir / "config.yaml", dump_config(config).encode())
-        self.c = c = build(config, engine=engine, shard=bool(followers), followers=followers)
+        # families write artefacts under the run folder (webdev: screenshots/): each task carries it, no
+        # process-global variable, so two runs in one process keep their own (setup.with_run_dir)
+        self.c = c = build(config, engine=engine, shard=bool(followers), followers=followers, run_dir=run_dir)
         self.start_step, self.base_accuracy, self.train_seconds = 0, None, 0.0
         self.final_accuracy: float | None = None
         self.resumed_state: dict[str, Any] = {}  # the checkpoint's saved state, when resumed

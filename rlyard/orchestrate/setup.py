@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +55,18 @@ def stop_tokens(tokenizer) -> tuple[int, ...]:
     return tuple(sorted(i for i in ids if i is not None))
 
 
+def with_run_dir(tasks: list[Task], run_dir: Path | None) -> list[Task]:
+    """The run folder in each task's metadata (`run_dir`): where a family writes its artefacts (webdev:
+    screenshots/). Explicit per task, not `os.environ`, so that two runs in one process keep their own;
+    the variable RLYARD_RUN_DIR is only for the run's subprocesses (Ray actors get it, RUN_DIR_VARIABLE)."""
+    if run_dir is None:
+        return tasks
+    folder = str(Path(run_dir).resolve())
+    return [replace(task, metadata={**task.metadata, "run_dir": folder}) for task in tasks]
+
+
 def build(config: RunConfig, train: bool = True, model=None, adapter: bool | None = None, engine: Engine | None = None,
-          shard: bool = False, followers: list = ()) -> Components:
+          shard: bool = False, followers: list = (), run_dir: Path | None = None) -> Components:
     """The run's pieces. `train=False` builds only what sampling needs (no learner, no training
     tasks); `adapter` (default: `train`) adds the LoRA adapter, e.g. to load a checkpoint into it;
     `engine` replaces the one the config names (the Ray backend's fleet). `shard`: this process
@@ -74,9 +84,9 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
         model = fsdp.shard_model(model)
     family = run_family(config)
     env_seed, options = config.env.seed, config.env.options
-    train_tasks = family.make_tasks("train", config.env.train_size, env_seed, **options) if train else []
+    train_tasks = with_run_dir(family.make_tasks("train", config.env.train_size, env_seed, **options), run_dir) if train else []
     stream = TaskStream(train_tasks, seed=env_seed) if train else None
-    eval_tasks = family.make_tasks("eval", config.eval.size, env_seed, **options) if config.eval.size else []
+    eval_tasks = with_run_dir(family.make_tasks("eval", config.eval.size, env_seed, **options), run_dir) if config.eval.size else []
     check_reward_arguments(config, train_tasks + eval_tasks)
     learner = None
     if train:

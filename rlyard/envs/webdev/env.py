@@ -42,7 +42,10 @@ class WebdevEnv(ToolEnv):
         return [{"role": "system", "content": system}, *task.prompt]
 
     def score(self) -> Reward:
-        reward = grade_dist(self.workspace / "dist", self.task.payload, self.task.id)
+        payload, run_dir = self.task.payload, self.task.metadata.get("run_dir")  # the run folder, as the run gives it
+        if run_dir and not payload.get("screenshot_dir"):
+            payload = {**payload, "screenshot_dir": f"{run_dir}/screenshots"}
+        reward = grade_dist(self.workspace / "dist", payload, self.task.id)
         extra = {"submitted": float(self.submitted is not None), "tool_calls": float(self.calls),
                  "malformed_calls": float(self.malformed)}
         return Reward(reward.value, {**reward.components, **extra}, reward.info, reward.infra_error)
