@@ -32,8 +32,7 @@ except Exception:
     HAVE_CHROMIUM = False
 needs_browser = pytest.mark.skipif(not HAVE_CHROMIUM, reason="needs Debian chromium and nodejs")
 
-WAIT_JS = """() => { window.__t = window.__t || Date.now();
-  return Date.now() - window.__t > 3000 && JSON.stringify({probes: [], height: 100}); }"""
+WAIT_JS = """() => new Promise((done) => setTimeout(() => done(JSON.stringify({probes: [], height: 100})), 3000))"""
 EXITS = """<!doctype html><html><body><h1>out</h1><link rel="dns-prefetch" href="//probe-dns.localhost">
 <script>
 const U = {udp}, T = {tcp};
@@ -133,7 +132,7 @@ def control_render(dist: Path) -> None:
             page.route("**/*", lambda route, request: route.fulfill(body=(dist / "index.html").read_text(), content_type="text/html")
                        if request.url.startswith("http://site.local/") else route.abort("blockedbyclient"))
             page.goto("http://site.local/index.html")
-            page.wait_for_function(WAIT_JS, timeout=20_000)
+            page.evaluate(WAIT_JS)
         finally:
             browser.close()
 
@@ -184,3 +183,18 @@ def test_a_page_allocating_4_gib_is_stopped_at_the_limit(browser, tmp_path):
     healthy = grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok")
     assert healthy.value == 1.0, healthy  # the worker was replaced: a fresh browser graded it
     assert WORKERS.run(lambda: renderer().launches) > before
+
+
+LIAR = """<!doctype html><html><body><h1>Hello</h1><script>
+Document.prototype.querySelectorAll = function () { return []; };
+Element.prototype.getBoundingClientRect = function () { return { left: -9999, top: -9999, right: -9998, bottom: -9998, width: 1, height: 1 }; };
+document.elementFromPoint = () => null;
+window.getComputedStyle = () => ({ opacity: '0', visibility: 'hidden' });
+</script></body></html>"""
+
+
+@needs_browser
+def test_the_measure_ignores_what_the_page_redefines(browser, tmp_path):
+    # the measure runs in an isolated world: the page's own JavaScript cannot change what it reads
+    reward = grade_dist(site(tmp_path / "liar", LIAR), payload(tmp_path), "liar")
+    assert reward.value == 1.0 and reward.info["checks"][0]["score"] == 1.0, reward

@@ -97,6 +97,7 @@ class Renderer:
         self._playwright = self._browser = None
         self.box: BrowserBox | None = None
         self.launches = 0
+        self._hang_killed = False
 
     def browser(self):
         if self._browser is None or not self._browser.is_connected():
@@ -159,6 +160,7 @@ class Renderer:
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
         out = Rendered()
+        self._hang_killed = False
         for name, viewport in (("desktop", DESKTOP), ("mobile", MOBILE)):
             if name == "mobile" and not probes.get("mobile"):
                 continue
@@ -173,10 +175,13 @@ class Renderer:
                 out.hung = out.hung or name
             except PlaywrightError as error:
                 out.over_limit = box.reason or box.over_limit() if box is not None else ""
-                if not out.over_limit and (not self._browser or not self._browser.is_connected()):
+                if not out.over_limit and self._hang_killed:
+                    out.hung = out.hung or name
+                elif not out.over_limit and (not self._browser or not self._browser.is_connected()):
                     self.restart()
                     raise RendererUnavailable(f"Chromium died while rendering: {error}") from error
-                out.broken = "" if out.over_limit else f"{name}: {str(error).splitlines()[0][:300]}"
+                else:
+                    out.broken = "" if out.over_limit else f"{name}: {str(error).splitlines()[0][:300]}"
             finally:
                 out.over_limit = out.over_limit or (box.reason or box.over_limit() if box is not None else "")
                 if context is not None and not out.over_limit:
@@ -214,18 +219,50 @@ class Renderer:
         page.on("websocket", lambda socket: out.blocked.append(socket.url[:300]))
         page.goto(f"{ORIGIN}/index.html", wait_until="load", timeout=timeout_ms)
         page.wait_for_timeout(SETTLE_MS)
-        # wait_for_function times out on the server side even while the page's thread spins, where
-        # evaluate would wait forever; a string result is read back without touching the page again.
-        # The screenshot comes first: the measure's element boxes are read in the same layout, before
+        # The measure runs in an isolated world (the page's DOM, pristine JavaScript built-ins), so a
+        # page that redefines getBoundingClientRect or elementFromPoint cannot lie to it. The screenshot comes first: the measure's element boxes are read in the same layout, before
         # any click probe changes the page
-        height = max(1, min(int(page.wait_for_function(HEIGHT_JS, timeout=timeout_ms).json_value()), MAX_SHOT_HEIGHT))
+        page.wait_for_function("() => true", timeout=timeout_ms)  # the page's thread is free (else: hung)
+        world = self._isolated_world(context, page)
+        height = max(1, min(int(world(HEIGHT_JS, None)), MAX_SHOT_HEIGHT))
         out.shots[name] = page.screenshot(full_page=True, animations="disabled", timeout=timeout_ms,
                                           clip={"x": 0, "y": 0, "width": viewport["width"], "height": height})
         if name == "desktop":
             out.screenshot = out.shots[name]
-        handle = page.wait_for_function(measure_js, arg=probes, timeout=timeout_ms)
-        measured = json.loads(handle.json_value())
+        measured = json.loads(world(measure_js, probes))
         out.measures[name] = measured["probes"]
+
+    def _isolated_world(self, context, page):
+        """`run(js, arg) -> str` evaluating `(js)(arg)` in a world of its own over the page's DOM; a
+        page whose thread spins past the time limit gets its browser killed (then: hung)."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        cdp = context.new_cdp_session(page)
+        frame = cdp.send("Page.getFrameTree")["frameTree"]["frame"]["id"]
+        world = cdp.send("Page.createIsolatedWorld", {"frameId": frame, "worldName": "rlyard-measure"})["executionContextId"]
+
+        def run(js: str, arg) -> str:
+            box = self.box
+
+            def kill() -> None:
+                self._hang_killed = True
+                if box is not None:
+                    box.kill()
+
+            timer = threading.Timer(self.timeout_s, kill)
+            timer.daemon = True
+            timer.start()
+            try:
+                done = cdp.send("Runtime.evaluate", {"expression": f"({js})({json.dumps(arg)})", "contextId": world,
+                                                     "returnByValue": True, "awaitPromise": True,
+                                                     "timeout": int(self.timeout_s * 1000)})
+            finally:
+                timer.cancel()
+            if "exceptionDetails" in done or not isinstance(done.get("result", {}).get("value"), str):
+                raise PlaywrightError(f"the measure failed: {str(done.get('exceptionDetails', done))[:300]}")
+            return done["result"]["value"]
+        return run
+
 
 _local = threading.local()
 
