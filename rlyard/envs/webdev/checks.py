@@ -1,12 +1,14 @@
 """The deterministic part of the grade: DOM checks from the task's spec, measured in the page.
 
-Each check is measured by one in-page function (`MEASURE_JS`, a probe per check and viewport)
-and scored here in [0, 1]; query fit is their weighted mean. Only what a visitor could see
-counts: an element is visible when it has a box of at least 2 x 2 px, is not `visibility:
-hidden`, its ancestors' opacity is not ~0, and it is not pushed off the page's top or left
-edge; so text hidden with `display: none`, the 1 px screen-reader trick or `left: -9999px`
-does not meet a check. A check with nothing to check (no images for `alt_text`, no text for
-`contrast`) scores 0: an empty page meets no check at all.
+Each check is measured by one in-page function (`MEASURE_JS`, a probe per check and viewport,
+run in an isolated world so the page's own scripts cannot redefine what it reads) and scored
+here in [0, 1]; query fit is their weighted mean. Only what is painted counts (paint.py): an
+element must have a box of at least 2 x 2 px, not be `visibility: hidden` or under ancestors'
+opacity ~0, intersect the screenshotted page, be found by `elementFromPoint` at its sample
+points, show something in its box on the screenshot, and, if it holds text, show a legible
+run of it. So text hidden with `display: none`, the 1 px screen-reader trick, off-page offsets,
+transparent fills, overlays or a zero font size does not meet a check. A check with nothing to
+check (no images for `alt_text`, no text for `contrast`) scores 0: an empty page meets no check.
 
 | kind | passes when | score |
 | --- | --- | --- |
@@ -18,7 +20,7 @@ does not meet a check. A check with nothing to check (no images for `alt_text`, 
 | `no_hscroll` | the page is no wider than the viewport (and shows some text) | 0 / 1 |
 | `alt_text` | visible images have alt text (`alt=""` only with role presentation) | share |
 | `labels` | visible form controls have a label (for=, wrapping, aria-label(ledby)) | share |
-| `contrast` | visible text reaches `min_ratio` (4.5; 3 for large text, WCAG 2) | share |
+| `contrast` | painted text reaches `min_ratio` (4.5; 3 for large text, WCAG 2) over the colour drawn behind it | share |
 | `click` | `expect` has no visible match before a click on `selector`, and one after | 0 / 1 |
 | `visual` | SSIM to the reference screenshot, rescaled (visual.py) | [0, 1] |
 

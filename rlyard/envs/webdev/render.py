@@ -3,14 +3,16 @@
 The policy's `dist/` is served to the browser alone, under http://site.local/, by a route on
 the context: nothing listens on a port, and each file is resolved (links followed) and must
 stay inside `dist/` (a link to the grader's reference page is a 404). Every other request is
-aborted and counted, and the browser gets a dead proxy and a resolver that finds no host, so
-what a route does not see (a WebSocket, a prefetch) cannot leave the machine either.
+aborted and counted. The browser itself runs in a box (browser.py): a pool uid, a network
+namespace with no way out, a memory and pid cgroup; so what a route does not see (WebRTC, a
+socket) cannot leave either.
 
 Playwright's sync objects belong to the thread that made them, so each browser lives in a worker
 thread of its own (`BrowserWorkers`, RLYARD_WEBDEV_BROWSERS per process, default 2) and is reused
-across pages: starting Chromium costs more than grading a page (bench/webdev_render.py). A page that does not settle in time (a loop in a
-script) times out; its context is closed, and if that fails the browser is replaced, so the
-next page is graded by a healthy one.
+across pages: starting Chromium costs more than grading a page (bench/webdev_render.py). At each
+viewport the full-page screenshot is taken first, then the measure runs in an isolated world (the
+page's DOM, pristine built-ins). A page that does not settle in time (a loop in a script), or
+passes the box's memory or process limit, loses its browser: the worker's next page gets a fresh one.
 """
 from __future__ import annotations
 
