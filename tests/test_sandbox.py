@@ -307,15 +307,16 @@ def test_setuid_attempts_stay_unprivileged(box, ws):
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 def test_background_processes_do_not_survive(ws, isolation):
     box = Sandbox(ws, LIMITS, isolation=isolation)
+    n = {"bwrap": 1000, "unshare": 2000}[isolation]  # markers of its own: under xdist the other isolation runs at once
     for _ in range(5):  # repeated: the namespace's teardown must be finished when run() returns
-        r = box.run("nohup sleep 1000.5 >/dev/null 2>&1 & setsid sleep 1000.25 >/dev/null 2>&1 &"
-                    " (sleep 1000.75 &) ; echo started")
+        r = box.run(f"nohup sleep {n}.5 >/dev/null 2>&1 & setsid sleep {n}.25 >/dev/null 2>&1 &"
+                    f" (sleep {n}.75 &) ; echo started")
         assert r.exit_code == 0 and r.stdout == b"started\n" and r.duration_s < 4
-        for marker in ("sleep 1000.5", "sleep 1000.25", "sleep 1000.75"):
+        for marker in (f"sleep {n}.5", f"sleep {n}.25", f"sleep {n}.75"):
             assert host_processes(marker) == [], marker
     # and when the run ends by timeout rather than exit
-    r = box.run("sleep 1000.125 & while :; do :; done", timeout_s=1)
-    assert r.timed_out and host_processes("sleep 1000.125") == []
+    r = box.run(f"sleep {n}.125 & while :; do :; done", timeout_s=1)
+    assert r.timed_out and host_processes(f"sleep {n}.125") == []
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
