@@ -2,7 +2,9 @@
 """Build the music family's data from the folk-tune collections music21 ships in ABC.
 
 Writes into rlyard/envs/music/builtin/:
-  corpus_stats.json  per-feature [p5, p95] bands and mean histograms of every tune that passes the gate
+  corpus_stats.json  per-feature [p5, p95] bands, mean histograms and variety limits of the sample's tunes
+  corpus_ngrams.bin  the melody n-gram hashes of every tune of the collections that passes the gate
+                     (the novelty check: a copy of a corpus tune pays nothing)
   corpus_sample.abc  40 of those tunes, which `rlyard envs validate music` grades again
   prompts.jsonl      the built-in prompts: constraints read off a corpus tune, and that tune, with
                      its header rewritten to meet them, as the prompt's reference answer
@@ -28,6 +30,8 @@ from rlyard.envs.music.abc import parse_key
 from rlyard.envs.music.constraints import PITCH_NAMES, Music, check_all
 from rlyard.envs.music.corpus import BUILTIN, HIGH, LOW, percentile, split_tunes
 from rlyard.envs.music.features import FEATURES
+from rlyard.envs.music.novelty import encode, melody, ngram_hashes
+from rlyard.envs.music.variety import variety_limits
 from rlyard.envs.music.verify import analyse, grade
 
 COLLECTIONS = ("oneills1850", "ryansMammoth", "airdsAirs", "nottingham-dataset")
@@ -99,15 +103,22 @@ def main() -> int:
     out, rng, started = Path(args.out), random.Random(args.seed), time.perf_counter()
     passed: list[tuple[str, str, object]] = []
     rejected: Counter = Counter()
+    hashes: set[int] = set()
+    hashed = 0
     for name in COLLECTIONS:
         tunes = read_collection(name)
         for source, tune in rng.sample(tunes, min(PER_COLLECTION, len(tunes))):
             tune = clean(tune)
-            analysis = analyse(tune)
+            analysis = analyse(tune, with_novelty=False)
             if analysis.reject:
                 rejected[analysis.reject] += 1
             else:
                 passed.append((source, tune, analysis))
+        for _, tune in tunes:  # every tune, not only the sample: a copy of any of them is caught
+            analysis = analyse(clean(tune), with_novelty=False)
+            if not analysis.reject:
+                hashes.update(ngram_hashes(melody(analysis.midi.notes)))
+                hashed += 1
         print(f"{name}: {len(tunes)} tunes, {sum(p[0].startswith(name) for p in passed)} of the sample pass the gate", file=sys.stderr)
     bands = {}
     for feature in FEATURES:
@@ -121,10 +132,13 @@ def main() -> int:
         else:
             rows = [a.histograms[name] for _, _, a in passed]
         histograms[name] = [round(sum(r[i] for r in rows) / len(rows), 6) for i in range(size)]
+    variety = variety_limits([a.variety for _, _, a in passed], percentile)
     stats = {"collections": list(COLLECTIONS), "tunes": len(passed), "rejected": dict(rejected),
-             "percentiles": [LOW, HIGH], "bands": bands, "histograms": histograms}
+             "percentiles": [LOW, HIGH], "bands": bands, "histograms": histograms, "variety": variety,
+             "ngram_tunes": hashed, "ngrams": len(hashes)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "corpus_stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    (out / "corpus_ngrams.bin").write_bytes(encode(hashes))
     _invalidate_stats()
 
     public = [p for p in passed if not p[0].startswith("nottingham")]
@@ -139,8 +153,10 @@ def main() -> int:
 
 def _invalidate_stats() -> None:
     from rlyard.envs.music.corpus import load_stats
+    from rlyard.envs.music.novelty import load_ngrams
 
     load_stats.cache_clear()
+    load_ngrams.cache_clear()
 
 
 def _with_source(tune: str, source: str) -> str:
@@ -198,7 +214,8 @@ def make_prompts(passed: list, rng: random.Random) -> list[dict]:
             constraints["range"] = {"low": pitch_name(min(pitches) - rng.randint(0, 3)),
                                     "high": pitch_name(max(pitches) + rng.randint(0, 3))}
         verdicts = check_all(constraints, Music(checked.header, checked.midi, checked.features, checked.bar_warnings))
-        if not all(ok for ok, _ in verdicts.values()) or grade(reference, constraints).value < 0.6:
+        # the reference is a corpus tune, so its novelty is 0 by design: the score before it is what must be sound
+        if not all(ok for ok, _ in verdicts.values()) or grade(reference, constraints).info["reward_before_novelty"] < 0.6:
             titles.discard(title)
             continue
         prompts.append({"id": f"music-{index + 1:03d}", "constraints": constraints, "source": source, "reference": reference})

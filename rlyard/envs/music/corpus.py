@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlyard.envs.music.features import FEATURES, GROUPS
+from rlyard.envs.music.variety import LIMITS
 
 BUILTIN = Path(__file__).parent / "builtin"
 STATS_PATH = BUILTIN / "corpus_stats.json"
@@ -41,6 +42,7 @@ def load_stats(path: str | None = None) -> dict[str, Any]:
         raise ValueError(f"music corpus statistics {source}: {error} (scripts/music/build_corpus.py writes them)") from None
     missing = [f for f in FEATURES if f not in stats.get("bands", {})]
     missing += [h for h in ("pitch_class_major", "pitch_class_minor", "interval", "duration") if h not in stats.get("histograms", {})]
+    missing += [f"variety.{v}" for v in LIMITS if v not in stats.get("variety", {})]
     if missing:
         raise ValueError(f"music corpus statistics {source}: missing {missing}")
     return stats

@@ -135,6 +135,15 @@ def melody_intervals(notes: list[Note]) -> list[int]:
     return steps
 
 
+def melody(notes: list[Note]) -> list[Note]:
+    """The first voice, one note per onset (the top note of a chord): the line a listener follows."""
+    tops: dict[float, Note] = {}
+    for note in notes:
+        if note.voice == 0 and (note.start not in tops or note.pitch > tops[note.start].pitch):
+            tops[note.start] = note
+    return [tops[t] for t in sorted(tops)]
+
+
 def key_strength(weights: list[float]) -> tuple[float, int, str]:
     """The best Pearson correlation of the pitch-class weights with the 24 Krumhansl-Kessler keys."""
     best = (-1.0, 0, "major")

@@ -1,8 +1,13 @@
 """Prove the grader and the data agree, with the grader training uses.
 
-Each prompt: its reference tune meets every constraint and scores at least `REFERENCE_MIN`,
-and the same tune broken (a blank line after the header, which ends an ABC tune) scores 0.
-Each tune of `builtin/corpus_sample.abc` passes the gate, and broken it scores 0. The bands
+Each prompt: its reference tune meets every constraint and scores at least `REFERENCE_MIN`
+before novelty, and the same tune broken (a blank line after the header, which ends an ABC
+tune) scores 0. The references are corpus tunes (so each prompt has a known good answer), and
+a copy of the corpus must pay nothing: so the reference's novelty is checked apart, and must
+be 0 (it is found in `builtin/corpus_ngrams.bin`): a reference proves both that real music
+scores well and that the same music handed back as a copy does not.
+Each tune of `builtin/corpus_sample.abc` passes the gate, is caught as a copy (novelty 0), and
+broken scores 0. The bands
 are checked over the sample (`corpus-bands`), since a 5-95 band leaves some tunes outside by
 design: the mean share of features in band must reach `SAMPLE_INSIDE_MIN`, and at most
 `OUTLIERS_MAX` of the tunes may have fewer than `CORPUS_INSIDE_MIN` of theirs in band.
@@ -29,7 +34,7 @@ OUTLIERS_MAX = 0.1
 class Check:
     task_id: str
     base_reward: float | None  # the broken tune (expect 0)
-    fixed_reward: float | None  # the reference tune (expect >= REFERENCE_MIN, every constraint met)
+    fixed_reward: float | None  # the reference tune before novelty (expect >= REFERENCE_MIN, every constraint met)
     error: str = ""
     seconds: float = 0.0
     inside: float | None = None  # corpus tunes: the share of features in band
@@ -60,11 +65,16 @@ def check_prompt(task: Task, reference: str | None) -> Check:
     else:
         if good.info["unmet"]:
             errors.append(f"the reference misses constraints: {good.info['unmet']}")
-        if good.value < REFERENCE_MIN:
-            errors.append(f"the reference scores {good.value:.3f} < {REFERENCE_MIN}: {good.components}")
+        before = good.info["reward_before_novelty"]
+        if before < REFERENCE_MIN:
+            errors.append(f"the reference scores {before:.3f} < {REFERENCE_MIN} before novelty: {good.components}")
+        if good.value != 0.0:
+            errors.append(f"the reference, a corpus tune, is not caught as a copy: novelty {good.components['novelty']:.3f} "
+                          f"(copied {good.components['copied']:.2f}, run {good.info['copied_run_bars']} bars)")
     if bad.value != 0.0:
         errors.append(f"the broken reference scores {bad.value:.3f}, expected 0")
-    return Check(task.id, bad.value, round(good.value, 4), "\n".join(errors), time.perf_counter() - started)
+    fixed = good.info.get("reward_before_novelty", good.value)
+    return Check(task.id, bad.value, round(fixed, 4), "\n".join(errors), time.perf_counter() - started)
 
 
 def check_corpus_tune(task: Task) -> Check:
@@ -73,10 +83,12 @@ def check_corpus_tune(task: Task) -> Check:
     errors = []
     if good.info.get("reject") or good.infra_error:
         errors.append(f"the corpus tune is rejected: {good.info.get('reject') or good.info.get('error')}: {good.info.get('detail')}")
+    elif good.components["novelty"] != 0.0:
+        errors.append(f"the corpus tune is not caught as a copy: novelty {good.components['novelty']:.3f}")
     if bad.value != 0.0:
         errors.append(f"the broken tune scores {bad.value:.3f}, expected 0")
-    return Check(task.id, bad.value, round(good.value, 4), "\n".join(errors), time.perf_counter() - started,
-                 good.components.get("band_inside"))
+    return Check(task.id, bad.value, round(good.info.get("reward_before_novelty", good.value), 4), "\n".join(errors),
+                 time.perf_counter() - started, good.components.get("band_inside"))
 
 
 def corpus_tasks() -> list[Task]:

@@ -1,7 +1,13 @@
 """Grade a reply: the reject gate, then quality against the corpus, scaled by the prompt's constraints.
 
-    quality = 0.85 * band score + 0.15 * histogram score          (the recipe's blend)
-    reward  = quality * (1 - w + w * constraint score)             (w = constraint_weight, 0.5)
+    quality = (0.85 * band score + 0.15 * histogram score) * variety   (the recipe's blend, gated)
+    reward  = quality * (1 - w + w * constraint score) * novelty        (w = constraint_weight, 0.5)
+
+`variety` (variety.py) is the product of floors and ceilings on the melody's variety, so a
+scale, a walk or a riff that sits inside every band still scores near 0; `novelty`
+(novelty.py) falls to 0 as more of the melody is found note for note in the corpus, so a corpus
+tune under the prompt's header pays nothing. The reward before novelty is in info
+(`reward_before_novelty`): the built-in references are corpus tunes, and validate reads it.
 
 The constraint score is the share of the prompt's constraints met. Multiplying rather than
 adding means neither half can be farmed alone: a tune that ignores the prompt keeps at most
@@ -20,10 +26,16 @@ from rlyard.envs.music.abc import (MAX_ABC_CHARS, TIMEOUT_S, Abc2MidiMissing, He
 from rlyard.envs.music.constraints import Music, check_all
 from rlyard.envs.music.corpus import BAND_WEIGHT, HISTOGRAM_WEIGHT, band_score, histogram_score, load_stats
 from rlyard.envs.music.features import Midi, bar_quarters, features, mode_class, read_midi
+from rlyard.envs.music.novelty import copied
+from rlyard.envs.music.variety import variety_features, variety_score
 from rlyard.types import Reward, Task
 
 MAX_BAR_WARNINGS = 10  # this many "Bar N has" warnings reject the tune (the recipe's rule)
 CONSTRAINT_WEIGHT = 0.5
+# novelty: 1 up to the first value, 0 from the second (Essen folk songs, which the corpus does not hold, share
+# at most 0.84 of their notes and 4.7 bars in a row with it, 99% of them at most 0.50 and 3.7; docs/music.md)
+COPIED_SHARE = (0.5, 0.9)
+COPIED_RUN_BARS = (4.0, 8.0)
 SKIP_FOR = {"voices": frozenset({"voices", "polyphony"}), "bars": frozenset({"bars"})}  # band features a constraint decides instead
 
 
@@ -38,13 +50,17 @@ class Analysis:
     midi: Midi | None = None
     features: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, list[float]] = field(default_factory=dict)
+    variety: dict[str, float] = field(default_factory=dict)
+    copied: float = 0.0  # share of the melody's notes inside an n-gram of the corpus
+    copied_run_bars: float = 0.0  # the longest run of shared n-grams, in bars
     mode_class: str = "major"
     bar_warnings: int = 0
     console: str = ""
 
 
-def analyse(tune: str | None, timeout_s: float = TIMEOUT_S) -> Analysis:
-    """The gate and the features of one tune; never raises for anything in the tune itself."""
+def analyse(tune: str | None, timeout_s: float = TIMEOUT_S, with_novelty: bool = True) -> Analysis:
+    """The gate and the features of one tune; never raises for anything in the tune itself.
+    `with_novelty=False` leaves `copied` at 0 (the corpus build, before the n-grams exist)."""
     if tune is None:
         return Analysis(None, "no_tune", "no X: line in the reply")
     if len(tune) > MAX_ABC_CHARS:
@@ -81,6 +97,9 @@ def analyse(tune: str | None, timeout_s: float = TIMEOUT_S) -> Analysis:
     pickup = pickup_quarters(header.body, unit, bar_quarters(midi.meter))
     values, histograms = features(midi, pickup, key)
     result.header, result.midi, result.features, result.histograms = header, midi, values, histograms
+    result.variety = variety_features(midi.notes, pickup, bar_quarters(midi.meter))
+    if with_novelty:
+        result.copied, result.copied_run_bars = copied(midi.notes, bar_quarters(midi.meter))
     result.mode_class = mode_class(key[1]) if key else "major"
     return result
 
@@ -95,13 +114,23 @@ def quality(analysis: Analysis, skip: frozenset[str] = frozenset()) -> tuple[flo
     stats = load_stats()
     band, scores = band_score(analysis.features, stats, skip)
     histogram, divergences = histogram_score(analysis.histograms, analysis.mode_class, stats)
-    value = BAND_WEIGHT * band + HISTOGRAM_WEIGHT * histogram
+    variety, variety_scores = variety_score(analysis.variety, stats)
+    value = (BAND_WEIGHT * band + HISTOGRAM_WEIGHT * histogram) * variety
     inside = sum(s == 1.0 for s in scores.values()) / len(scores)
-    components = {"quality": value, "band": band, "band_inside": inside, "histogram": histogram}
+    components = {"quality": value, "band": band, "band_inside": inside, "histogram": histogram, "variety": variety}
     info = {"features": {k: round(v, 4) for k, v in analysis.features.items()},
             "feature_scores": {k: round(v, 3) for k, v in scores.items()},
+            "variety": {k: round(v, 4) for k, v in analysis.variety.items()},
+            "variety_scores": {k: round(v, 3) for k, v in variety_scores.items()},
             "jsd": {k: round(v, 4) for k, v in divergences.items()}}
     return value, components, info
+
+
+def novelty(analysis: Analysis) -> float:
+    """1 for a tune that shares little with the corpus, falling to 0 for a copy (the lower of two ramps)."""
+    def ramp(value: float, free: float, zero: float) -> float:
+        return min(1.0, max(0.0, (zero - value) / (zero - free)))
+    return min(ramp(analysis.copied, *COPIED_SHARE), ramp(analysis.copied_run_bars, *COPIED_RUN_BARS))
 
 
 def grade(reply: str, constraints: dict[str, dict[str, Any]], constraint_weight: float = CONSTRAINT_WEIGHT,
@@ -126,8 +155,11 @@ def grade(reply: str, constraints: dict[str, dict[str, Any]], constraint_weight:
     components["rejected"], components["constraints"] = 0.0, met
     components.update({f"constraint_{kind}": float(ok) for kind, (ok, _) in verdicts.items()})
     info["unmet"] = {kind: why for kind, (ok, why) in verdicts.items() if not ok}
-    reward = value * (1 - constraint_weight + constraint_weight * met)
-    return Reward(reward, components=components, info=info)
+    before = value * (1 - constraint_weight + constraint_weight * met)
+    fresh = novelty(analysis)
+    components["novelty"], components["copied"] = fresh, analysis.copied
+    info["copied_run_bars"], info["reward_before_novelty"] = round(analysis.copied_run_bars, 2), before
+    return Reward(before * fresh, components=components, info=info)
 
 
 def verify(reply: str, task: Task) -> Reward:
