@@ -14,9 +14,9 @@ def _child():
     config = json.loads(sys.stdin.read())
     null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
     fd, root = config["fd"], os.path.realpath(os.getcwd())
-    dumps, write = json.dumps, os.write  # bound before any repository code can patch them
-    def send(obj):
-        data = memoryview((dumps(obj) + "\n").encode())
+    write, text_of = os.write, repr  # bound before any repository code runs; repr of dicts and strings is C code
+    def send(obj):  # one Python literal a line: no json module function that repository code could replace
+        data = memoryview((text_of(obj) + "\n").encode("utf-8", "surrogateescape"))
         while data:
             data = data[write(fd, data):]
     system = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
@@ -129,14 +129,12 @@ def _child():
             for key in set(before) | set(now):
                 old, new = before.get(key), now.get(key)
                 if old is not new and new is not first.get(key) and (callable(old) or callable(new) or isinstance(new, (staticmethod, classmethod, property))):
-                    if settle and new is not None and origin(new) and is_pytest_file(origin(new)):
+                    if settle and new is not None and origin(new) and any(origin(new).startswith(p + "/") for p in system):
                         before[key] = new
                     else:
                         changed.append(f"{name}.{key}")
         if changed:
             refuse("patched", f"pytest internals changed {when}: {', '.join(sorted(changed)[:5])}")
-    pytest_dir = os.path.dirname(os.path.realpath(sys.modules["_pytest"].__file__)) + os.sep
-    is_pytest_file = lambda path: os.path.realpath(path).startswith(pytest_dir)
 
     # pytest's own dependencies were imported from the sandbox's Python before the workspace joined
     # sys.path; where the workspace has its own copy (a repository that is pluggy), the tests get it.
@@ -163,20 +161,49 @@ _child()
 # wrote (hidden tests, reset conftests); everything else (the workspace, /tmp, exec'd text) is not.
 GUARD = r'''
 import _thread
-main_thread, busy, seen = _thread.get_ident(), set(), {}
-getframe = sys._getframe
-PROVIDERS = (os.sep + "inspect.py", os.sep + "traceback.py", os.sep + "pdb.py", os.sep + "bdb.py")
+get_ident, getframe, lstat, readlink, getcwd = _thread.get_ident, sys._getframe, os.lstat, os.readlink, os.getcwd
+_str, _bytes, _int, _any, _isinstance, _len, _reversed, _RuntimeError, _PermissionError, _OSError = (
+    str, bytes, int, any, isinstance, len, reversed, RuntimeError, PermissionError, OSError)
+main_thread, busy, seen = get_ident(), set(), {}
+PROVIDERS = ("/inspect.py", "/traceback.py", "/pdb.py", "/bdb.py")
 STRICT = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
           "sys._settraceallthreads", "sys._setprofileallthreads", "sys.monitoring.register_callback", "sys.addaudithook"}
 FRAMES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 MODULES = {"ctypes", "_ctypes", "_testcapi", "_testinternalcapi", "_xxsubinterpreters"}
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-ancestors = {os.path.dirname(p) for p in trusted}
-while True:
-    more = {os.path.dirname(p) for p in ancestors if p.startswith(root + os.sep)} - ancestors
-    if not more:
-        break
-    ancestors |= more
+PATHS = ("os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime")
+def resolve(path):
+    # realpath by hand: repository code may replace os.path's functions, not the C ones bound above
+    if not path.startswith("/"):
+        path = getcwd() + "/" + path
+    todo, out, hops = [p for p in _reversed(path.split("/"))], [], 0
+    while todo:
+        part = todo.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            out = out[:-1]
+            continue
+        here = "/" + "/".join(out + [part])
+        try:
+            link = lstat(here).st_mode & 0o170000 == 0o120000
+        except _OSError:
+            link = False
+        if link and hops < 40:
+            hops += 1
+            target = readlink(here)
+            out = [] if target.startswith("/") else out
+            todo += [p for p in _reversed(target.split("/"))]
+        else:
+            out.append(part)
+    return "/" + "/".join(out)
+trusted = {resolve(p) for p in trusted}
+system = [resolve(p) for p in system]
+ancestors = set()
+for p in trusted:
+    while p.startswith(root + "/"):
+        p = p.rsplit("/", 1)[0]
+        ancestors.add(p)
 def is_trusted(filename):
     known = seen.get(filename)
     if known is None:
@@ -185,50 +212,51 @@ def is_trusted(filename):
         elif filename.startswith("<"):
             known = False
         else:
-            path = os.path.realpath(filename)
-            known = path in trusted or any(path.startswith(p + os.sep) for p in system)
+            path = resolve(filename)
+            known = path in trusted or _any(path.startswith(p + "/") for p in system)
         seen[filename] = known
     return known
 def guarded(path):
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        return False
-    path = os.path.realpath(os.fsdecode(path))
-    inside = path == root or path.startswith(root + os.sep)
-    return path in trusted or path in ancestors or (inside and "__pycache__" in path.split(os.sep))
+    if _isinstance(path, _bytes):
+        path = path.decode("utf-8", "surrogateescape")
+    if not _isinstance(path, _str):
+        return False  # an fd, or a path object whose own code would run here
+    path = resolve(path)
+    inside = path == root or path.startswith(root + "/")
+    return path in trusted or path in ancestors or (inside and "__pycache__" in path.split("/"))
 def hook(event, args):
     if event == "open":
-        if not ((isinstance(args[1], str) and any(c in args[1] for c in "wax+")) or (isinstance(args[2], int) and args[2] & WRITES)):
+        if not ((_isinstance(args[1], _str) and _any(c in args[1] for c in "wax+")) or (_isinstance(args[2], _int) and args[2] & WRITES)):
             return
     elif event not in WATCH:
         return
     if event == "object.__getattr__" and args[1] not in FRAMES or event == "import" and args[0] not in MODULES:
         return
-    me = _thread.get_ident()
+    me = get_ident()
     if me in busy:
         return
     busy.add(me)
     try:
         caller = getframe(1)
         where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-        if event in ("open", "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime"):
+        if event == "open" or event in PATHS:
             paths = args[:2] if event in ("os.rename", "os.link") else args[1:2] if event == "os.symlink" else args[:1]
-            if any(guarded(p) for p in paths):
-                refuse("write", f"{event} {os.fsdecode(paths[-1]) if isinstance(paths[-1], (str, bytes)) else paths[-1]} at {where}")
-                raise PermissionError(f"rlyard grader: {event} of a graded file or of bytecode is refused")
+            if _any(guarded(p) for p in paths):
+                refuse("write", f"{event} {paths[-1]} at {where}")
+                raise _PermissionError(f"rlyard grader: {event} of a graded file or of bytecode is refused")
             return
         if event in ("compile", "code.__new__"):
             name = args[1]
-            if not (isinstance(name, str) and not name.startswith("<") and is_trusted(name)) or caller.f_code.co_filename.startswith("<frozen "):
+            if not (_isinstance(name, _str) and not name.startswith("<") and is_trusted(name)) or caller.f_code.co_filename.startswith("<frozen "):
                 return
             if is_trusted(caller.f_code.co_filename) and me == main_thread:
                 return
             refuse("introspection", f"{event} of code named {name} at {where}")
-            raise RuntimeError("rlyard grader: code under a trusted file name is refused")
+            raise _RuntimeError("rlyard grader: code under a trusted file name is refused")
         strict = event in STRICT or event == "import" or event.startswith("ctypes.")
         frame = caller
-        while frame is not None and (frame.f_code.co_filename.endswith(PROVIDERS) or
-                                     (event.startswith("ctypes.") and os.sep + "ctypes" + os.sep in frame.f_code.co_filename)
-                                     or frame.f_code.co_filename.startswith("<frozen importlib")):
+        while frame is not None and (frame.f_code.co_filename.endswith(PROVIDERS) or frame.f_code.co_filename.startswith("<frozen importlib")
+                                     or (event.startswith("ctypes.") and "/ctypes/" in frame.f_code.co_filename)):
             frame = frame.f_back
         bad = frame is not None and not is_trusted(frame.f_code.co_filename)
         if strict and not bad and (event in STRICT or me != main_thread):
@@ -240,11 +268,10 @@ def hook(event, args):
         if bad:
             what = f"{event} {args[1]}" if event == "object.__getattr__" else f"import {args[0]}" if event == "import" else event
             refuse("introspection", f"{what} from {where}")
-            raise RuntimeError(f"rlyard grader: {what} is refused to repository code")
+            raise _RuntimeError(f"rlyard grader: {what} is refused to repository code")
     finally:
         busy.discard(me)
-WATCH = STRICT | {"sys._getframe", "sys._getframemodulename", "object.__getattr__", "import", "compile", "code.__new__",
-                  "os.rename", "os.remove", "os.rmdir", "os.truncate", "os.link", "os.symlink", "shutil.rmtree", "os.utime",
+WATCH = STRICT | {"sys._getframe", "sys._getframemodulename", "object.__getattr__", "import", "compile", "code.__new__", *PATHS,
                   "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.addressof",
                   "ctypes.string_at", "ctypes.wstring_at", "ctypes.call_function", "ctypes.PyObj_FromPtr", "ctypes.get_errno", "ctypes.set_errno"}
 sys.addaudithook(hook)

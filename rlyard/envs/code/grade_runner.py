@@ -263,13 +263,13 @@ def run_child(args: list[str], collect: bool, trusted: list[str]) -> tuple[str, 
 
 
 def parse_channel(text: str) -> tuple[dict | None, list[dict], str]:
-    """(the report, the refusals, what was wrong with the channel): one JSON object a line,
-    refusals as they happened, then exactly one report."""
+    """(the report, the refusals, what was wrong with the channel): one Python literal a line
+    (the child writes them with repr), refusals as they happened, then exactly one report."""
     reports, refusals, problem = [], [], ""
     for line in text.splitlines():
         try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
+            item = ast.literal_eval(line) if line.strip() else None
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             item = None
         if isinstance(item, dict) and isinstance(item.get("refused"), dict) and len(item) == 1:
             refusals.append(item["refused"])
