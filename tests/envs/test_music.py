@@ -149,7 +149,8 @@ def test_each_constraint_met_and_missed() -> None:
         for tune in tunes:
             reward = grade(with_program(tune) if kind != "instrument" else tune, {kind: ALL[kind]})
             assert reward.components.get(f"constraint_{kind}") == 0.0, (kind, tune, reward)
-            assert 0 < reward.value <= 0.5 * reward.components["quality"] + 1e-9
+            assert reward.value <= 0.5 * reward.components["quality"] + 1e-9  # (a 2-bar toy may have no variety: quality 0)
+            assert (reward.value > 0) == (reward.components["quality"] > 0), (kind, reward.components)
         met = grade(with_program(COUNT), {kind: ALL[kind]})
         assert met.components[f"constraint_{kind}"] == 1.0, (kind, met.info)
     assert grade(TWO_VOICES, {"voices": {"voices": 2}}).components["constraint_voices"] == 1.0
