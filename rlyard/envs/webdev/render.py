@@ -26,6 +26,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 from urllib.parse import unquote, urlsplit
 
 from rlyard.envs.webdev.browser import BrowserBox, sandbox_failed, sandbox_usable
@@ -155,7 +156,8 @@ class Renderer:
                 pass
             self._playwright = None
 
-    def render(self, dist: Path, probes: dict[str, list[dict]], measure_js: str) -> Rendered:
+    def render(self, dist: Path, probes: dict[str, list[dict]], measure_js: str,
+               stop: Callable[[Rendered], bool] | None = None) -> Rendered:
         """Load dist/index.html at the desktop and the mobile viewport (when it has probes), run
         `measure_js(probes)` in each, take the desktop full-page screenshot."""
         from playwright.sync_api import Error as PlaywrightError
@@ -164,7 +166,7 @@ class Renderer:
         out = Rendered()
         self._hang_killed = False
         for name, viewport in (("desktop", DESKTOP), ("mobile", MOBILE)):
-            if name == "mobile" and not probes.get("mobile"):
+            if name == "mobile" and (not probes.get("mobile") or (stop is not None and stop(out))):
                 continue
             context = box = None
             try:
@@ -340,6 +342,7 @@ class BrowserWorkers:
 WORKERS = BrowserWorkers(int(os.environ.get("RLYARD_WEBDEV_BROWSERS", "2")))
 
 
-def render_site(dist: Path, probes: dict[str, list[dict]], measure_js: str, timeout_s: float) -> Rendered:
+def render_site(dist: Path, probes: dict[str, list[dict]], measure_js: str, timeout_s: float,
+                stop: Callable[[Rendered], bool] | None = None) -> Rendered:
     """Render on one of the browser workers (RLYARD_WEBDEV_BROWSERS of them per process, default 2)."""
-    return WORKERS.run(lambda: renderer(timeout_s).render(dist, probes, measure_js))
+    return WORKERS.run(lambda: renderer(timeout_s).render(dist, probes, measure_js, stop))

@@ -20,7 +20,7 @@ from typing import Any
 
 from rlyard.envs.webdev.checks import MEASURE_JS, PAGE_TEXT, probes, query_fit
 from rlyard.envs.webdev.gate import NodeUnavailable, missing_index, runtime_failure, syntax_errors
-from rlyard.envs.webdev.render import RendererUnavailable, render_site
+from rlyard.envs.webdev.render import Rendered, RendererUnavailable, render_site
 from rlyard.envs.webdev.paint import MIN_LEGIBLE_SHARE, legible_share, rgb_image
 from rlyard.envs.webdev.visual import MIN_DRAWN_SHARE, drawn_share, load_reference, visual_cap, visual_score
 from rlyard.types import Reward
@@ -58,6 +58,28 @@ def gated(reason_key: str, reason: str, info: dict[str, Any]) -> Reward:
     return Reward(0.0, {"gate": 0.0, reason_key: 1.0, "fit": 0.0}, {**info, "reason": reason})
 
 
+def visual_gate(rendered: Rendered) -> tuple[str, str, dict[str, float]]:
+    """(component, reason, measures) of the desktop screenshot's gate: near-uniform (`blank_page`),
+    or under half of the page's text legible (`hidden_text`); ("", "", measures) when it passes.
+    Also asked between viewports, so a page it stops is not rendered at the phone's width."""
+    if rendered.screenshot is None:
+        return "", "", {}
+    share = drawn_share(rendered.screenshot)
+    measured = {"drawn_share": round(share, 5)}
+    if share < MIN_DRAWN_SHARE:
+        return "blank_page", (f"the screenshot shows almost nothing ({share:.2%} of it differs from its dominant shade, "
+                              f"under {MIN_DRAWN_SHARE:.2%})"), measured
+    page_text = next((m for m in rendered.measures.get("desktop", []) if m.get("id") == PAGE_TEXT), None)
+    if page_text is not None and "runs" in page_text:
+        legible = legible_share(rgb_image(rendered.screenshot), page_text["runs"])
+        measured["legible_text_share"] = round(legible, 4)
+        if legible < MIN_LEGIBLE_SHARE:
+            return "hidden_text", (f"only {legible:.0%} of the page's text is legible in the screenshot (under "
+                                   f"{MIN_LEGIBLE_SHARE:.0%}): the rest is transparent, the colour of its background, "
+                                   "too small, covered or off the page"), measured
+    return "", "", measured
+
+
 def grade_dist(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
     """The reward of the site in `dist` for the task whose payload is `payload`."""
     try:
@@ -74,7 +96,13 @@ def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
     if errors:
         return gated("syntax_error", errors[0], {**info, "syntax_errors": errors[:10]})
     checks = payload["checks"]
-    rendered = render_site(dist, probes(checks), MEASURE_JS, float(payload["timeout_s"]))
+    verdict: list[tuple[str, str, dict[str, float]]] = []
+
+    def stop(desktop: Rendered) -> bool:  # the desktop already fails the visual gate: skip the phone
+        verdict.append(visual_gate(desktop))
+        return bool(verdict[-1][0])
+
+    rendered = render_site(dist, probes(checks), MEASURE_JS, float(payload["timeout_s"]), stop=stop)
     info.update(blocked_requests=len(rendered.blocked), blocked=rendered.blocked[:10], missing=rendered.missing[:10],
                 page_errors=rendered.page_errors[:10])
     if rendered.screenshot is not None:
@@ -82,24 +110,14 @@ def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
     key, reason = runtime_failure(rendered)
     if key:
         return gated(key, reason, info)
-    if rendered.screenshot is not None:
-        share = drawn_share(rendered.screenshot)
-        info["drawn_share"] = round(share, 5)
-        if share < MIN_DRAWN_SHARE:
-            return gated("blank_page", f"the screenshot shows almost nothing ({share:.2%} of it differs from its "
-                                       f"dominant shade, under {MIN_DRAWN_SHARE:.2%})", info)
+    key, reason, measured = verdict[0] if verdict else visual_gate(rendered)
+    info.update(measured)
+    if key:
+        return gated(key, reason, info)
     visual = raw = None
     if payload.get("reference") and rendered.screenshot is not None:
         visual, raw = visual_score(rendered.screenshot, load_reference(Path(payload["reference"])))
     images = {name: rgb_image(png) for name, png in rendered.shots.items()}
-    page_text = next((m for m in rendered.measures.get("desktop", []) if m.get("id") == PAGE_TEXT), None)
-    if page_text is not None and "runs" in page_text:
-        share = legible_share(images.get("desktop"), page_text["runs"])
-        info["legible_text_share"] = round(share, 4)
-        if share < MIN_LEGIBLE_SHARE:
-            return gated("hidden_text", f"only {share:.0%} of the page's text is legible in the screenshot "
-                                        f"(under {MIN_LEGIBLE_SHARE:.0%}): the rest is transparent, the colour of its "
-                                        "background, too small, covered or off the page", info)
     fit, scores = query_fit(checks, rendered.measures, visual, images)
     cap = visual_cap(visual)
     if fit > cap:
