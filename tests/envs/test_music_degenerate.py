@@ -341,3 +341,17 @@ def test_variety_features_by_hand() -> None:
     assert got["turns"] == pytest.approx(3 / 9)  # U U U D U U U U D D: 3 changes of direction in 9 pairs
     # bars: CDEG, CDEA (same rhythm, 3 of 4 pitches: a near repeat), c2G2, C4: 3 new ideas
     assert got["near_repeat"] == pytest.approx(1 / 4) and got["bar_ideas"] == 3
+
+
+def test_data_files_fail_clearly(tmp_path) -> None:
+    from rlyard.envs.music.corpus import STATS_PATH, load_stats
+    from rlyard.envs.music.novelty import load_ngrams
+
+    bad = tmp_path / "corpus_ngrams.bin"
+    bad.write_bytes(b"not n-grams")
+    with pytest.raises(ValueError, match=f"{bad}.*build_corpus.py"):
+        load_ngrams(str(bad))
+    stats = tmp_path / "corpus_stats.json"
+    stats.write_text(STATS_PATH.read_text().replace('"variety"', '"varieties"'))
+    with pytest.raises(ValueError, match=r"missing \['variety.distinct_pitches'"):
+        load_stats(str(stats))
