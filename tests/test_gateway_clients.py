@@ -112,7 +112,19 @@ def test_a_session_sent_one_seed_samples_each_turn_with_its_own(running):
     assert len(seeds) == 3 and len(set(seeds)) == 3, seeds
 
 
-def test_greedy_turns_are_recorded_at_temperature_zero_and_left_out_of_the_loss(running):
+def test_greedy_turns_are_recorded_at_temperature_zero_and_left_out_of_the_loss(running, tokenizer):
+    """A T = 0 turn was recorded at T = 1 and trained as a sample; an argmax is no draw from
+    softmax(logits). Recorded at its real 0, it trains nothing: one learner step over the whole
+    session moves the weights exactly as one over its sampled turn alone."""
+    import copy
+
+    import torch
+
+    from conftest import make_tiny_llama
+    from rlyard.config import AlgoConfig
+    from rlyard.orchestrate.run import rollout_metrics
+    from rlyard.train import Learner
+
     _, _, base = running
     api, messages = client(base, "greedy"), [{"role": "user", "content": "Go."}]
     first = api.chat.completions.create(model="org/tiny-policy", messages=messages, max_tokens=4, temperature=0.8, seed=1)
@@ -120,9 +132,16 @@ def test_greedy_turns_are_recorded_at_temperature_zero_and_left_out_of_the_loss(
     api.chat.completions.create(model="org/tiny-policy", messages=messages, max_tokens=4, temperature=0.0)
     [traj] = trajectories(base, "greedy")
     assert traj.turns == 2
-    assert [t for t, m in zip(traj.temperatures, traj.loss_mask) if m] == [0.8] * 4  # only the sampled turn trains
-    greedy = [i for i, t in enumerate(traj.temperatures) if t == 0.0]
-    assert len(greedy) == 4 and all(traj.loss_mask[i] == 0 and traj.behaviour_logprobs[i] == 0.0 for i in greedy)
-    from rlyard.orchestrate.run import rollout_metrics
-
+    assert [t for t, m in zip(traj.temperatures, traj.loss_mask) if m] == [0.8] * 4 + [0.0] * 4
     assert rollout_metrics([traj])["rollout/greedy_tokens"] == 4.0
+    greedy_at = [i for i, t in enumerate(traj.temperatures) if t == 0.0]
+    sampled_only = Trajectory(**{**traj.to_dict(), "loss_mask": [0 if i in greedy_at else m for i, m in enumerate(traj.loss_mask)],
+                                 "behaviour_logprobs": [0.0 if i in greedy_at else lp for i, lp in enumerate(traj.behaviour_logprobs)]})
+    model = make_tiny_llama(len(tokenizer))
+    moved = []
+    for trajectory in (traj, sampled_only):
+        copy_ = copy.deepcopy(model)
+        metrics = Learner(copy_, AlgoConfig(lr=1e-3), 1.0, micro_batch_size=4).train_step([trajectory], [1.0])
+        moved.append(copy_.lm_head.weight.detach())
+    assert metrics["loss/grad_norm"] > 0
+    assert torch.allclose(moved[0], moved[1], atol=1e-7)

@@ -54,11 +54,14 @@ def test_the_learner_sees_no_mismatch_with_the_recorded_temperatures(tiny_model,
     assert learner.train_step([traj], [1.0])["train/logprob_mismatch"] < 1e-4
 
 
-def test_temperatures_of_the_wrong_length_or_zero_are_refused(tiny_model, tokenizer):
+def test_temperatures_of_the_wrong_length_or_negative_are_refused(tiny_model, tokenizer):
     traj, *_ = two_turns(tiny_model, tokenizer)
     short = Trajectory(**{**traj.to_dict(), "temperatures": traj.temperatures[:-1]})
     with pytest.raises(ValueError, match="temperatures for"):
         make_microbatches([short], [0], 8)
+    negative = Trajectory(**{**traj.to_dict(), "temperatures": [-1.0] * len(traj.token_ids)})
+    with pytest.raises(ValueError, match="must be >= 0"):
+        make_microbatches([negative], [0], 8)
+    # T = 0 is a greedy turn: accepted, and left out of the loss (tests/test_gateway_clients.py)
     greedy = Trajectory(**{**traj.to_dict(), "temperatures": [0.0] * len(traj.token_ids)})
-    with pytest.raises(ValueError, match="must be > 0"):
-        make_microbatches([greedy], [0], 8)
+    assert make_microbatches([greedy], [0], 8)[0].temperatures[0] == [1.0] * (len(traj.token_ids) - traj.prompt_length)

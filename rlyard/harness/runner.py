@@ -151,11 +151,10 @@ def finished(segment: Trajectory, tokenizer, task: Task, group_id: str, reward: 
 
 
 def sampled_text(tokenizer, trajectory: Trajectory) -> str:
-    """The replies, decoded, one per run of loss_mask 1 or of a greedy turn (for logs and the viewer)."""
+    """The sampled replies, decoded, one per run of loss_mask 1 (for logs and the viewer)."""
     runs, current = [], []
-    greedy = [t == 0 for t in trajectory.temperatures] if trajectory.temperatures is not None else [False] * len(trajectory.token_ids)
-    for token, mask, argmax in zip(trajectory.token_ids, trajectory.loss_mask, greedy):
-        if mask or argmax:
+    for token, mask in zip(trajectory.token_ids, trajectory.loss_mask):
+        if mask:
             current.append(token)
         elif current:
             runs.append(current)

@@ -133,20 +133,14 @@ class Session:
         segment.sampling.append({**sampling, "start": start, "tokens": len(tokens)})
 
     def trajectories(self, reward: float = 0.0) -> list[Trajectory]:
-        """One per segment with a sampled reply. Tokens of greedy (T = 0) turns keep temperature 0
-        and get loss_mask 0: an argmax is no sample of the policy, so it stays out of the policy
-        loss (the run counts them: rollout/greedy_tokens)."""
-        out = []
-        for s in self.segments:
-            if not any(s.loss_mask):
-                continue
-            trained = [int(m and t > 0) for m, t in zip(s.loss_mask, s.temperatures)]
-            out.append(Trajectory(
-                task_id=self.id, group_id=self.id, token_ids=list(s.token_ids), loss_mask=trained,
-                behaviour_logprobs=[lp if m else 0.0 for lp, m in zip(s.logprobs, trained)],
-                policy_versions=[v if m else -1 for v, m in zip(s.versions, trained)], reward=reward,
-                finish_reason=s.finish_reason, turns=s.turns, temperatures=list(s.temperatures)))
-        return out
+        """One per segment with a sampled reply; tokens of greedy (T = 0) turns carry temperature 0,
+        which the learner leaves out of its loss (an argmax is no draw from softmax(logits))."""
+        return [
+            Trajectory(task_id=self.id, group_id=self.id, token_ids=list(s.token_ids), loss_mask=list(s.loss_mask),
+                       behaviour_logprobs=list(s.logprobs), policy_versions=list(s.versions), reward=reward,
+                       finish_reason=s.finish_reason, turns=s.turns, temperatures=list(s.temperatures))
+            for s in self.segments if any(s.loss_mask)
+        ]
 
     def export(self) -> dict[str, Any]:
         """Every chat segment with a sampled reply as a plain conversation: the system message

@@ -41,7 +41,7 @@ from rlyard.types import Trajectory
 
 # Per-token sums a micro-batch reports; train_step divides them by the token count.
 STATS = ("policy", "kl", "entropy", "clipped", "ratio", "tokens", "tis_weight", "tis_capped", "behaviour_weight", "behaviour_masked",
-         "value_loss", "value_clipped", "value", "mismatch", "mismatch_max")
+         "value_loss", "value_clipped", "value", "mismatch", "mismatch_max", "greedy_masked")
 # What a rank without a micro-batch left forwards so that FSDP's collectives stay in step: a zero loss.
 IDLE_TOKENS = [0]
 
@@ -70,14 +70,22 @@ class MicroBatch:
 
 
 def check_temperatures(traj: Trajectory) -> None:
-    """A trajectory's own temperatures must cover its tokens and be positive where sampled."""
+    """A trajectory's own temperatures must cover its tokens and be >= 0 where sampled (0: a greedy turn)."""
     if traj.temperatures is None:
         return
     if len(traj.temperatures) != len(traj.token_ids):
         raise ValueError(f"trajectory {traj.task_id}/{traj.group_id}: {len(traj.temperatures)} temperatures for {len(traj.token_ids)} tokens")
-    if any(t <= 0 for t, m in zip(traj.temperatures, traj.loss_mask) if m):
-        raise ValueError(f"trajectory {traj.task_id}/{traj.group_id}: a sampled token's temperature must be > 0 "
-                         "(greedy tokens carry the logprob of softmax(logits), i.e. temperature 1.0)")
+    if any(t < 0 for t, m in zip(traj.temperatures, traj.loss_mask) if m):
+        raise ValueError(f"trajectory {traj.task_id}/{traj.group_id}: a sampled token's temperature must be >= 0 "
+                         "(0: a greedy turn, left out of the loss)")
+
+
+def greedy_tokens(traj: Trajectory) -> torch.Tensor:
+    """(L_i,) True on the sampled tokens of greedy (T = 0) turns: an argmax is no draw from
+    softmax(logits), so they stay out of every loss term (a harness asked for T = 0)."""
+    if traj.temperatures is None:
+        return torch.zeros(traj.num_sampled_tokens, dtype=torch.bool)
+    return torch.tensor([t == 0 for t, m in zip(traj.temperatures, traj.loss_mask) if m], dtype=torch.bool)
 
 
 def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) -> list[MicroBatch]:
@@ -95,7 +103,8 @@ def make_microbatches(batch: list[Trajectory], indices: list[int], size: int) ->
             micro.append(MicroBatch(
                 chunk, list(prefix),
                 [batch[i].token_ids[len(prefix):] for i in chunk], [batch[i].loss_mask[len(prefix):] for i in chunk],
-                [t[len(prefix):] if t is not None else None for t in recorded] if any(t is not None for t in recorded) else None,
+                [[x or 1.0 for x in t[len(prefix):]] if t is not None else None for t in recorded]
+                if any(t is not None for t in recorded) else None,
             ))
     return micro
 
@@ -195,7 +204,7 @@ class Learner:
         a reply cut at the per-turn cap: `filters.is_truncated`)."""
         if traj.infra_error or (self.algo.overlong_filter and is_truncated(traj.finish_reason)):
             return 0
-        return traj.num_sampled_tokens
+        return traj.num_sampled_tokens - int(greedy_tokens(traj).sum())  # greedy turns' tokens train nothing
 
     @torch.no_grad()
     def score(self, batch: list[Trajectory]) -> TokenScores:
@@ -324,6 +333,10 @@ class Learner:
                 stats["value_loss"] += float(value_T.detach().sum())
                 stats["value_clipped"] += float(value_clipped_T.sum())
                 stats["value"] += float(values_T.detach().sum())
+            greedy_T = greedy_tokens(batch[i]).to(token_loss_T.device)
+            if greedy_T.any():  # greedy turns: no loss, no gradient (counted in train/greedy_masked_tokens)
+                token_loss_T = token_loss_T.masked_fill(greedy_T, 0.0)
+                stats["greedy_masked"] += float(greedy_T.sum())
             loss = loss + weight[i] * token_loss_T.sum()
             stats["entropy"] += float(out.entropies[row].detach().sum())
             stats["tokens"] += len(logprobs_T)
@@ -387,6 +400,8 @@ class Learner:
             "loss/ratio_mean": sums["ratio"] / tokens, "loss/grad_norm": sum(grad_norms) / len(grad_norms),
         }
         metrics |= {"train/logprob_mismatch": sums["mismatch"] / tokens, "train/logprob_mismatch_max": sums["mismatch_max"]}
+        if sums["greedy_masked"]:
+            metrics["train/greedy_masked_tokens"] = sums["greedy_masked"]
         if self.algo.tis_cap is not None:
             metrics |= {"train/tis_weight_mean": sums["tis_weight"] / tokens, "train/tis_capped_fraction": sums["tis_capped"] / tokens}
         if self.algo.decoupled:
