@@ -335,3 +335,33 @@ def test_a_collection_error_is_reported_with_its_text(task):
     assert verdict["reason"].startswith("collection error in tests/"), verdict
     assert "ModuleNotFoundError: No module named 'a_module_that_is_not_there'" in verdict["reason"], verdict
     assert "missing" not in verdict["reason"] and verdict["collection_errors"]
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("RLYARD_REAL_MIRRORS"), reason="RLYARD_REAL_MIRRORS is not set (see test_code_real_repos.py)")
+def test_the_screen_passes_every_real_commit_reference_fix(tmp_path, monkeypatch):
+    """The gold patch of each real-commit row of test_code_real_repos.py, applied at its base commit."""
+    import importlib.util
+
+    from rlyard.envs.code.loaders import row_from_commit
+    from rlyard.envs.code.repo import export_commit
+
+    spec = importlib.util.spec_from_file_location("real_repos", Path(__file__).with_name("test_code_real_repos.py"))
+    real = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "real_repos", real)  # its dataclasses look their module up
+    spec.loader.exec_module(real)
+    flagged, screened = [], 0
+    for case in real.CASES:
+        mirror = real.find_mirror(case.repo)
+        if mirror is None:
+            continue
+        row = row_from_commit(mirror, case.fix, case.fail_to_pass, case.pass_to_pass, repo=case.repo)
+        tree = tmp_path / case.repo.replace("/", "__")
+        export_commit(mirror, row["base_commit"], tree)
+        paths = touched_paths(row["patch"])
+        fixed = apply_patch({p: (tree / p).read_text() if (tree / p).is_file() else None for p in paths}, row["patch"])
+        for path, text in fixed.items():
+            (tree / path).unlink(missing_ok=True)
+        write(tree, {p: text for p, text in fixed.items() if text is not None})
+        flagged += screen_workspace(tree, {"mirror": str(mirror), "base_commit": row["base_commit"]}, set(touched_paths(row["test_patch"])))
+        screened += 1
+    assert screened and flagged == [], flagged
