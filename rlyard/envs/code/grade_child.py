@@ -247,7 +247,8 @@ def hook(event, args):
             return
         if event in ("compile", "code.__new__"):
             name = args[1]
-            if not (_isinstance(name, _str) and not name.startswith("<") and is_trusted(name)) or caller.f_code.co_filename.startswith("<frozen "):
+            looks_trusted = _isinstance(name, _str) and (name.startswith("<frozen ") or not name.startswith("<") and is_trusted(name))
+            if not looks_trusted or caller.f_code.co_filename.startswith("<frozen "):
                 return
             if is_trusted(caller.f_code.co_filename) and me == main_thread:
                 return
@@ -255,8 +256,9 @@ def hook(event, args):
             raise _RuntimeError("rlyard grader: code under a trusted file name is refused")
         strict = event in STRICT or event == "import" or event.startswith("ctypes.")
         frame = caller
-        while frame is not None and (frame.f_code.co_filename.endswith(PROVIDERS) or frame.f_code.co_filename.startswith("<frozen importlib")
-                                     or (event.startswith("ctypes.") and "/ctypes/" in frame.f_code.co_filename)):
+        while frame is not None and is_trusted(frame.f_code.co_filename) and (  # a workspace inspect.py is no provider
+                frame.f_code.co_filename.endswith(PROVIDERS) or frame.f_code.co_filename.startswith("<frozen importlib")
+                or (event.startswith("ctypes.") and "/ctypes/" in frame.f_code.co_filename)):
             frame = frame.f_back
         bad = frame is not None and not is_trusted(frame.f_code.co_filename)
         if strict and not bad and (event in STRICT or me != main_thread):
