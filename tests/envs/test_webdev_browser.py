@@ -24,7 +24,7 @@ from rlyard.envs.webdev.checks import normalize_checks
 from rlyard.envs.webdev.render import ARGS, WORKERS, chromium_path, renderer
 from rlyard.envs.webdev.verify import grade_dist
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("webdev")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("webdev-browser")]
 try:
     chromium_path()
     HAVE_CHROMIUM = shutil.which("node") is not None
@@ -198,3 +198,14 @@ def test_the_measure_ignores_what_the_page_redefines(browser, tmp_path):
     # the measure runs in an isolated world: the page's own JavaScript cannot change what it reads
     reward = grade_dist(site(tmp_path / "liar", LIAR), payload(tmp_path), "liar")
     assert reward.value == 1.0 and reward.info["checks"][0]["score"] == 1.0, reward
+
+
+@needs_browser
+def test_a_page_past_the_time_limit_scores_0_and_its_worker_is_replaced(browser, tmp_path):
+    before = WORKERS.run(lambda: renderer().launches)
+    spin = "<!doctype html><html><body><h1>Hello</h1><script>setTimeout(() => { for (;;) {} }, 300)</script></body></html>"
+    reward = grade_dist(site(tmp_path / "spin", spin), payload(tmp_path, timeout_s=2.0), "spin")
+    assert reward.value == 0.0 and reward.components["hung"] == 1.0, reward
+    healthy = grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok")
+    assert healthy.value == 1.0, healthy
+    assert WORKERS.run(lambda: renderer().launches) > before

@@ -20,7 +20,7 @@ from rlyard.envs.webdev.tasks import make_tasks
 from rlyard.envs.webdev.verify import grade_dist
 from rlyard.sandbox import bwrap_works
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("webdev")]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("webdev-hiding")]
 try:
     chromium_path()
     HAVE_CHROMIUM = shutil.which("node") is not None

@@ -241,11 +241,8 @@ class Renderer:
         page whose thread spins past the time limit gets its browser killed (then: hung)."""
         from playwright.sync_api import Error as PlaywrightError
 
-        cdp = context.new_cdp_session(page)
-        frame = cdp.send("Page.getFrameTree")["frameTree"]["frame"]["id"]
-        world = cdp.send("Page.createIsolatedWorld", {"frameId": frame, "worldName": "rlyard-measure"})["executionContextId"]
-
-        def run(js: str, arg) -> str:
+        def guarded(method: str, params: dict) -> dict:
+            """A CDP call has no timeout of its own: past the limit the box is killed (then: hung)."""
             box = self.box
 
             def kill() -> None:
@@ -257,11 +254,18 @@ class Renderer:
             timer.daemon = True
             timer.start()
             try:
-                done = cdp.send("Runtime.evaluate", {"expression": f"({js})({json.dumps(arg)})", "contextId": world,
-                                                     "returnByValue": True, "awaitPromise": True,
-                                                     "timeout": int(self.timeout_s * 1000)})
+                return cdp.send(method, params)
             finally:
                 timer.cancel()
+
+        cdp = context.new_cdp_session(page)
+        frame = guarded("Page.getFrameTree", {})["frameTree"]["frame"]["id"]
+        world = guarded("Page.createIsolatedWorld", {"frameId": frame, "worldName": "rlyard-measure"})["executionContextId"]
+
+        def run(js: str, arg) -> str:
+            done = guarded("Runtime.evaluate", {"expression": f"({js})({json.dumps(arg)})", "contextId": world,
+                                                "returnByValue": True, "awaitPromise": True,
+                                                "timeout": int(self.timeout_s * 1000)})
             if "exceptionDetails" in done or not isinstance(done.get("result", {}).get("value"), str):
                 raise PlaywrightError(f"the measure failed: {str(done.get('exceptionDetails', done))[:300]}")
             return done["result"]["value"]
