@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from rlyard.envs.checks import play_replies
 from rlyard.envs import SingleTurnEnv, get_family
 from rlyard.orchestrate.rollout import env_verdict
 from rlyard.sandbox import bwrap_works
@@ -170,15 +171,7 @@ GRADER_CASES = [
 def play(family: str, replies: list[str]) -> Reward:
     """The replies through the family's env as an agent's turns (a turn that ends the episode ends
     them), then its grader; the env is closed after."""
-    env = get_family(family).make_env()
-    try:
-        env.reset(task_of(family))
-        for reply in replies:
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    return play_replies(get_family(family).make_env(), task_of(family), replies)
 
 
 def assert_zero_not_infra(reward, label: str) -> None:

@@ -44,7 +44,6 @@ class Case:
     layout: str
     fields: dict = field(default_factory=dict)  # extra row fields
     needs_wheels: bool = False
-    known_issue: str = ""  # an open grading issue this case shows (xfail, not strict)
     mirror_as: str = ""  # where the mirror is laid under `mirrors` (default <owner>__<name>)
     generated: tuple[str, ...] = ()  # files installing the repository writes into the workspace
     needs: str = ""  # what in the loader this case needed (the class of issue 35 it shows)
@@ -91,9 +90,7 @@ CASES = [
          "dbf360f9f894a8937c624ce4259b5c070465f78d", ["tests/test_android.py::test_android_folder_from_p4a"],
          ["tests/test_android.py::test_android[user_data_dir-no_args]", "tests/test_android.py::test_android[user_data_dir-app_name]"],
          "src/ layout, hatch-vcs version file, a `test` extra with pytest-mock and a pinned appdirs",
-         generated=("src/platformdirs/version.py",), needs="install the repository (hatch-vcs version file)",
-         # its venv has its own pytest (site-packages/_pytest): formatting a traceback there reads tb_frame
-         known_issue="the grader's audit hook refuses tb_frame read by the venv's own _pytest/_code/code.py (grade_runner)"),
+         generated=("src/platformdirs/version.py",), needs="install the repository (hatch-vcs version file)"),
     Case("python-humanize/humanize", "11e62eeedb8990298c3612af82376dc2344d24f8",
          "a0602c70bb6e11322107b51114333bab7adab021",
          ["tests/test_filesize.py::test_naturalsize[test_args62-1 Bytes]", "tests/test_filesize.py::test_naturalsize[test_args65-1B]"],
@@ -118,10 +115,7 @@ CASES = [
          ["dateutil/test/test_tz.py::TzUTCTest::testAmbiguity", "dateutil/test/test_tz.py::TzUTCTest::testDst"],
          "owner == name, tests inside the package (dateutil/test/), setuptools_scm, setup.cfg + requirements-dev.txt",
          mirror_as="dateutil/dateutil.git", generated=("dateutil/_version.py",),
-         needs="a mirror laid as <owner>/<name>.git next to the owner's other folders; install the repository",
-         # its requirements-dev.txt brings hypothesis, whose pytest plugin patches
-         # _pytest.fixtures.FixtureFunctionMarker.__call__: the hardened grader refuses that as pytest_patched
-         known_issue="the grader flags hypothesis's own pytest plugin as pytest_patched (grade_runner, not the loader)"),
+         needs="a mirror laid as <owner>/<name>.git next to the owner's other folders; install the repository"),
 ]
 
 
@@ -134,8 +128,7 @@ def find_mirror(repo: str) -> Path | None:
     return None
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.repo, marks=[pytest.mark.xfail(reason=c.known_issue, strict=False)]
-                                               if c.known_issue else []) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.repo) for c in CASES])
 def test_a_real_bug_fix_commit_validates_base_0_gold_1(case, tmp_path, monkeypatch):
     from rlyard.envs.code.validate import validate
     from rlyard.sandbox import Sandbox

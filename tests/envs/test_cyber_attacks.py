@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from rlyard.envs.checks import play_replies
 from rlyard.envs import get_family
 from rlyard.envs.cyber.env import CyberEnv
 from rlyard.envs.cyber.verify import grade_submission
@@ -161,15 +162,7 @@ def call(name: str, **arguments) -> str:
 
 
 def play(task, *replies: str):
-    env = CyberEnv()
-    try:
-        env.reset(task)
-        for reply in replies:
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    return play_replies(CyberEnv(), task, list(replies))
 
 
 PAD = "head -c 300000 /dev/zero | tr '\\0' x >> poc.bin"  # past the 256 KiB of stderr the sandbox keeps

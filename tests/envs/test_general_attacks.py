@@ -34,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rlyard.envs.checks import play_replies
 from rlyard.envs.general.env import GeneralEnv, grade
 from rlyard.envs.general.tasks import make_tasks
 from rlyard.envs.general.tools import run_query
@@ -121,15 +122,7 @@ def call(name: str, **arguments) -> str:
 
 
 def play(task, *replies: str):
-    env = GeneralEnv()
-    try:
-        env.reset(task)
-        for reply in replies:
-            if env.step(reply).done:
-                break
-        return env.score()
-    finally:
-        env.close()
+    return play_replies(GeneralEnv(), task, list(replies))
 
 
 @pytest.fixture(scope="module")
