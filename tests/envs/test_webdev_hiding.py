@@ -1,7 +1,8 @@
 """Pages that show nothing score nothing: each hiding class, the reference page of four built-in
-tasks changed by one CSS rule, scores at most 0.1 (before the pixel checks: 0.59-0.998, see
-docs/webdev.md). Each variant is rendered once, two at a time on the module's browser workers;
-one variant per class is also played through the episode's own tools (write_file, submit).
+tasks changed by one CSS rule, scores at most 0.1 (before the pixel checks: 0.67-0.998, off the left and top 0 already; see
+docs/webdev.md). Each variant is rendered once, a test per class rendering it on the four tasks
+two at a time on the browser workers; four classes are also played through the episode's own
+tools (write_file, submit).
 """
 from __future__ import annotations
 
@@ -56,40 +57,36 @@ def variant(task, rule: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def scores(tmp_path_factory):
-    """{(class, task): reward} for every class on every task, and each reference's own reward."""
-    if not HAVE_CHROMIUM:
-        pytest.skip("needs Debian chromium and nodejs")
-    root = tmp_path_factory.mktemp("hiding")
-    tasks = {t.id: t for t in make_tasks("eval", 100, 0, eval_percent=100) if t.id in TASKS}
-    jobs = {}
-    for task_id, task in tasks.items():
-        jobs[("reference", task_id)] = Path(task.payload["site"])
-        for name, rule in CLASSES.items():
-            folder = root / task_id / re.sub(r"\W+", "_", name)
-            shutil.copytree(task.payload["site"], folder)
-            (folder / "index.html").write_text(variant(task, rule))
-            jobs[(name, task_id)] = folder
-    payloads = {t: {**task.payload, "screenshot_dir": str(root / "shots")} for t, task in tasks.items()}
-    with ThreadPoolExecutor(2) as pool:
-        futures = {key: pool.submit(grade_dist, folder, payloads[key[1]], key[1]) for key, folder in jobs.items()}
-        out = {key: future.result() for key, future in futures.items()}
-    yield out, tasks
+def tasks():
+    yield {t.id: t for t in make_tasks("eval", 100, 0, eval_percent=100) if t.id in TASKS}
     WORKERS.close()
 
 
+def grade_on_every_task(tasks: dict, rule: str | None, root: Path) -> dict:
+    """{task: reward} of the rule's variant (None: the reference) on the four tasks, two at a time."""
+    jobs = {}
+    for task_id, task in tasks.items():
+        folder = Path(task.payload["site"])
+        if rule is not None:
+            folder = root / task_id
+            shutil.copytree(task.payload["site"], folder)
+            (folder / "index.html").write_text(variant(task, rule))
+        jobs[task_id] = (folder, {**task.payload, "screenshot_dir": str(root / "shots")})
+    with ThreadPoolExecutor(2) as pool:
+        futures = {t: pool.submit(grade_dist, folder, payload, t) for t, (folder, payload) in jobs.items()}
+        return {t: future.result() for t, future in futures.items()}
+
+
 @needs_browser
-@pytest.mark.parametrize("task_id", TASKS)
-def test_the_references_still_score(scores, task_id):
-    reward = scores[0][("reference", task_id)]
-    assert reward.value >= 0.99, reward.info.get("checks")
+def test_the_references_still_score(tasks, tmp_path):
+    for task_id, reward in grade_on_every_task(tasks, None, tmp_path).items():
+        assert reward.value >= 0.99, (task_id, reward.info.get("checks"))
 
 
 @needs_browser
 @pytest.mark.parametrize("name", list(CLASSES))
-def test_a_hiding_class_scores_at_most_a_tenth(scores, name):
-    for task_id in TASKS:
-        reward = scores[0][(name, task_id)]
+def test_a_hiding_class_scores_at_most_a_tenth(tasks, tmp_path, name):
+    for task_id, reward in grade_on_every_task(tasks, CLASSES[name], tmp_path).items():
         assert not reward.infra_error, reward.info
         assert reward.value <= 0.1, (name, task_id, reward.value, reward.info.get("reason"), reward.info.get("checks"))
 
@@ -103,8 +100,8 @@ def call(name: str, **arguments) -> str:
 @needs_browser
 @pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap")
 @pytest.mark.parametrize("name", ["transparent text fill", "white overlay", "off the right", "font-size 0"])
-def test_hiding_through_the_tools_scores_zero(scores, tmp_path, name):
-    task = scores[1]["pricing_table"]
+def test_hiding_through_the_tools_scores_zero(tasks, tmp_path, name):
+    task = tasks["pricing_table"]
     task = replace(task, payload={**task.payload, "screenshot_dir": str(tmp_path / "shots")})
     css = (Path(task.payload["site"]) / "style.css").read_text()
     replies = [call("write_file", path="dist/index.html", content=variant(task, CLASSES[name]))
