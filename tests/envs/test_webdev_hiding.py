@@ -1,8 +1,8 @@
 """Pages that show nothing score nothing: each hiding class, the reference page of four built-in
-tasks changed by one CSS rule, scores at most 0.1 (before the pixel checks: 0.67-0.998, off the left and top 0 already; see
-docs/webdev.md). Each variant is rendered once, a test per class rendering it on the four tasks
-two at a time on the browser workers; four classes are also played through the episode's own
-tools (write_file, submit).
+tasks changed by one CSS rule, scores at most 0.1 (before the pixel checks: 0.67-0.998, off the
+left and top 0 already; see docs/webdev.md). Each variant is rendered once, a test per class
+rendering it on the four tasks two at a time on the browser workers; four classes are also
+played through the episode's own tools (write_file, submit).
 """
 from __future__ import annotations
 
