@@ -27,7 +27,7 @@ def workers() -> int:
 def pytest_command(args: list[str], n: int) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-q", "--timeout", "900", "--durations=30"]
     if n > 0:
-        command += ["-n", str(n), "--dist", "loadgroup", "--no-loadscope-reorder"]
+        command += ["-n", str(n), "--dist", "loadscope", "--no-loadscope-reorder"]
     return command + args
 
 

@@ -102,10 +102,12 @@ def chat_prompt(tokenizer):
 
 
 # --------------------------------------------------------------------------- parallel runs
-# Under pytest-xdist each module is one unit of work (its module-scoped fixtures are built once),
-# except the modules below, whose tests share nothing costly and spread over the workers. The
-# slowest modules start first so that no long module is left to run alone at the end; their
-# seconds come from the last committed run (bench/results/test_durations.json).
+# Under pytest-xdist (`--dist loadscope`, as scripts/run_tests.py runs it) each module is one unit
+# of work, so its module-scoped fixtures are built once, except the modules below, whose tests
+# share nothing costly and spread over the workers. The scheduler is our own because xdist's
+# `loadgroup` marks no longer take effect under pytest 9.2 (xdist 3.8 rewrites `_nodeid`, which
+# pytest no longer reads). The slowest modules start first so that no long module is left to run
+# alone at the end; their seconds come from the last committed run (bench/results/test_durations.json).
 DURATIONS_FILE = Path(__file__).resolve().parent.parent / "bench" / "results" / "test_durations.json"
 SPREAD_MODULES = {"tests/envs/test_general_tasks.py", "tests/envs/test_cyber_targets.py", "tests/envs/test_code_builtin.py"}
 
@@ -122,17 +124,29 @@ def _module_seconds() -> dict[str, float]:
         return {}
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):
         return
     seconds = _module_seconds()
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if module not in SPREAD_MODULES and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(module))
     unknown = max(seconds.values(), default=0.0)  # a new module: assume it is slow, start it early
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], unknown))
+    items.sort(key=lambda item: -seconds.get(_module(item.nodeid), unknown))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        """A module per unit of work (a test per unit in SPREAD_MODULES), in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 class _DurationRecorder:
@@ -142,7 +156,7 @@ class _DurationRecorder:
         self.path, self.seconds, self.outcomes, self.start = Path(path), {}, {}, time.monotonic()
 
     def pytest_runtest_logreport(self, report):
-        nodeid = report.nodeid.split("@")[0]
+        nodeid = report.nodeid
         self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
         if report.when == "call" or report.outcome != "passed":
             self.outcomes.setdefault(nodeid, report.outcome)

@@ -40,11 +40,15 @@ def test_a_failing_suite_keeps_its_exit_code(tmp_path):
 
 def test_parallel_run_keeps_modules_whole_and_records_durations(tmp_path):
     out = tmp_path / "durations.json"
-    result = run(["tests/test_layout.py", "tests/test_lr_schedule.py", "--durations-json", str(out), "-p", "no:cacheprovider"],
+    result = run(["tests/test_layout.py", "tests/test_lr_schedule.py", "--durations-json", str(out), "-p", "no:cacheprovider", "-v", "-v"],
                  ROOT, RLYARD_TEST_WORKERS="2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["outcomes"].get("passed", 0) == record["tests"] > 0
     assert set(record["module_seconds"]) == {"tests/test_layout.py", "tests/test_lr_schedule.py"}
     assert all(row["seconds"] >= 0 for row in record["slowest"]) and len(record["slowest"]) <= 30
-    assert not any("@" in row["test"] for row in record["slowest"])  # xdist's group suffix is stripped
+    workers = {}
+    for line in result.stdout.splitlines():  # "[gw0] [ 50%] PASSED tests/test_layout.py::test_x" (-q -v -v)
+        if line.startswith("[gw") and " PASSED " in line:
+            workers.setdefault(line.split(" PASSED ")[1].split("::")[0], set()).add(line.split("]")[0])
+    assert set(workers) == set(record["module_seconds"]) and all(len(w) == 1 for w in workers.values()), workers
