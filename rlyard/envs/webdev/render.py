@@ -188,11 +188,19 @@ class Renderer:
                     out.broken = "" if out.over_limit else f"{name}: {str(error).splitlines()[0][:300]}"
             finally:
                 out.over_limit = out.over_limit or (box.reason or box.over_limit() if box is not None else "")
-                if context is not None and not out.over_limit:
+                # a spinning page can block context.close() for good: its browser is dropped instead
+                if context is not None and not out.over_limit and not out.hung:
+                    closer = threading.Timer(self.timeout_s, box.kill) if box is not None else None
+                    if closer is not None:
+                        closer.daemon = True
+                        closer.start()
                     try:
                         context.close()
                     except Exception:
                         self.restart()
+                    finally:
+                        if closer is not None:
+                            closer.cancel()
             if out.hung or out.over_limit:
                 self.restart()  # a page that spun or passed a limit: its worker gets a fresh browser
             if out.hung or out.broken or out.over_limit:
