@@ -520,3 +520,29 @@ def test_a_recipe_test_command_keeps_its_pythonpath(tmp_path):
     (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
     [check] = validate({"source": str(tmp_path / "rows.jsonl")})
     assert (check.base_reward, check.fixed_reward) == (0.0, 1.0), check.error
+
+
+def test_export_commit_without_tarfiles_data_filter(tmp_path, monkeypatch):
+    """Debian 12's Python 3.11.2 has no `extractall(filter=...)`: the same refusals by hand."""
+    import io
+    import subprocess
+    import tarfile
+
+    from rlyard.envs.code import repo
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    mirror = tmp_path / "mirror"
+    (mirror / "pkg").mkdir(parents=True)
+    (mirror / "pkg" / "a.py").write_text("x = 1\n")
+    (mirror / "link.py").symlink_to("pkg/a.py")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c"]):
+        subprocess.run(["git", *args], cwd=mirror, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=mirror, capture_output=True, text=True, check=True).stdout.strip()
+    repo.export_commit(mirror, head, tmp_path / "out")
+    assert (tmp_path / "out" / "pkg" / "a.py").read_text() == "x = 1\n" and (tmp_path / "out" / "link.py").is_symlink()
+    for name, kind, link in (("../evil", tarfile.REGTYPE, ""), ("/abs", tarfile.REGTYPE, ""), ("out", tarfile.SYMTYPE, "/etc/passwd"),
+                             ("dev", tarfile.CHRTYPE, "")):
+        member = tarfile.TarInfo(name)
+        member.type, member.linkname = kind, link
+        with pytest.raises(repo.RepoError):
+            repo._data_member(member, tmp_path / "out")

@@ -70,7 +70,26 @@ def export_commit(mirror: Path, commit: str, dest: Path) -> None:
         raise RepoError(f"mirror {mirror} is not a git repository")
     archive = git("archive", "--format=tar", commit, cwd=mirror)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
+            tar.extractall(dest, filter="data")
+        else:  # Debian 12's 3.11.2: the same refusals by hand
+            tar.extractall(dest, members=[_data_member(member, dest) for member in tar.getmembers()])
+
+
+def _data_member(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
+    """`member` when tarfile's "data" filter would keep it: inside `dest`, no device, no link out."""
+    root = dest.resolve()
+    target = (root / member.name).resolve()
+    if member.name.startswith("/") or not target.is_relative_to(root):
+        raise RepoError(f"archive member {member.name!r} leaves the repository")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise RepoError(f"archive member {member.name!r} is a device or a fifo")
+    if member.issym() and not (target.parent / member.linkname).resolve().is_relative_to(root):
+        raise RepoError(f"archive member {member.name!r} links outside the repository")
+    if member.islnk() and not (root / member.linkname).resolve().is_relative_to(root):
+        raise RepoError(f"archive member {member.name!r} links outside the repository")
+    member.mode &= 0o755  # no setuid / setgid / sticky bits, as the "data" filter
+    return member
 
 
 def commits_past(root: Path, base: str) -> list[str]:
