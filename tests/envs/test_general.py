@@ -3,19 +3,17 @@
 import json
 import re
 import socket
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rlyard.envs import get_family
+from rlyard.testing.loopback import serve_in_thread
 from rlyard.envs.general.env import GeneralEnv, grade, score_group
 from rlyard.envs.general.judging import judge_for
 from rlyard.envs.general.rubric import (
@@ -273,13 +271,7 @@ class ScriptedJudge:
     def __init__(self):
         self.reply, self.requests = '{marker} {"score": 1, "reason": "fine"}', []
         app = Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
-        threading.Thread(target=self.server.run, daemon=True).start()
-        while not self.server.started:
-            time.sleep(0.01)
+        self.server, self.port = serve_in_thread(app)
 
     async def chat(self, request):
         body = await request.json()

@@ -21,20 +21,18 @@ from __future__ import annotations
 import html
 import json
 import re
-import socket
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rlyard.envs.checks import play_replies
+from rlyard.testing.loopback import serve_in_thread
 from rlyard.envs.general.env import GeneralEnv, grade
 from rlyard.envs.general.tasks import make_tasks
 from rlyard.envs.general.tools import run_query
@@ -54,13 +52,7 @@ class Endpoint:
     def __init__(self):
         self.mode, self.requests = "honest", []
         app = Starlette(routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])])
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
-        threading.Thread(target=self.server.run, daemon=True).start()
-        while not self.server.started:
-            time.sleep(0.01)
+        self.server, self.port = serve_in_thread(app)
 
     @staticmethod
     def honest_score(graded: str) -> float:
