@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import shutil
 import socket
 import threading
 import time
@@ -23,7 +22,7 @@ import pytest
 from rlyard.envs.checks import play_replies
 from rlyard.envs import get_family
 from rlyard.envs.webdev.checks import contrast_ratio, normalize_checks
-from rlyard.envs.webdev.render import WORKERS, chromium_path
+from rlyard.envs.webdev.render import WORKERS, browser_available
 from rlyard.envs.webdev.tasks import BUILTIN, load_spec, make_tasks
 from rlyard.envs.webdev.validate import check_task
 from rlyard.envs.webdev.verify import deduction, grade_dist, screenshot_dir
@@ -32,12 +31,7 @@ from rlyard.sandbox import bwrap_works
 from rlyard.types import Trajectory
 
 pytestmark = [pytest.mark.timeout(300)]
-try:
-    chromium_path()
-    HAVE_CHROMIUM = shutil.which("node") is not None
-except Exception:
-    HAVE_CHROMIUM = False
-needs_browser = pytest.mark.skipif(not HAVE_CHROMIUM, reason="needs Debian chromium and nodejs")
+needs_browser = pytest.mark.skipif(not browser_available(), reason="needs Debian chromium and nodejs")
 
 OK_PAGE = "<!doctype html><html><body><h1>Hello</h1><p>fine</p></body></html>"
 OK_CHECKS = [{"kind": "text", "selector": "h1", "contains": "Hello"}]

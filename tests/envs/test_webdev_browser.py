@@ -11,7 +11,6 @@ the same flags), and its WebRTC datagrams do arrive: the listeners can hear what
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -21,16 +20,11 @@ from pathlib import Path
 import pytest
 
 from rlyard.envs.webdev.checks import normalize_checks
-from rlyard.envs.webdev.render import ARGS, WORKERS, chromium_path, renderer
+from rlyard.envs.webdev.render import ARGS, WORKERS, browser_available, chromium_path, renderer
 from rlyard.envs.webdev.verify import grade_dist
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("webdev-browser")]
-try:
-    chromium_path()
-    HAVE_CHROMIUM = shutil.which("node") is not None
-except Exception:
-    HAVE_CHROMIUM = False
-needs_browser = pytest.mark.skipif(not HAVE_CHROMIUM, reason="needs Debian chromium and nodejs")
+pytestmark = [pytest.mark.timeout(300)]
+needs_browser = pytest.mark.skipif(not browser_available(), reason="needs Debian chromium and nodejs")
 
 WAIT_JS = """() => new Promise((done) => setTimeout(() => done(JSON.stringify({probes: [], height: 100})), 3000))"""
 EXITS = """<!doctype html><html><body><h1>out</h1><link rel="dns-prefetch" href="//probe-dns.localhost">

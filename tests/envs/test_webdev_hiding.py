@@ -16,18 +16,13 @@ import pytest
 
 from rlyard.envs.checks import play_replies
 from rlyard.envs import get_family
-from rlyard.envs.webdev.render import WORKERS, chromium_path
+from rlyard.envs.webdev.render import WORKERS, browser_available
 from rlyard.envs.webdev.tasks import make_tasks
 from rlyard.envs.webdev.verify import grade_dist
 from rlyard.sandbox import bwrap_works
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("webdev-hiding")]
-try:
-    chromium_path()
-    HAVE_CHROMIUM = shutil.which("node") is not None
-except Exception:
-    HAVE_CHROMIUM = False
-needs_browser = pytest.mark.skipif(not HAVE_CHROMIUM, reason="needs Debian chromium and nodejs")
+pytestmark = [pytest.mark.timeout(600)]
+needs_browser = pytest.mark.skipif(not browser_available(), reason="needs Debian chromium and nodejs")
 
 TASKS = ("landing_page", "pricing_table", "dashboard_cards", "login_form")
 # one CSS rule each; BG is the task's body background

@@ -59,6 +59,15 @@ def chromium_path() -> str:
     return path
 
 
+def browser_available() -> bool:
+    """Chromium and nodejs are installed (the renderer and the gate's `node --check`)."""
+    try:
+        chromium_path()
+    except RendererUnavailable:
+        return False
+    return shutil.which("node") is not None
+
+
 @dataclass
 class Rendered:
     """What one page did in the browser, at each viewport."""
