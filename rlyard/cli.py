@@ -256,12 +256,13 @@ def cmd_envs(args: argparse.Namespace) -> int:
     family = get_family(args.name)
     options = parse_option_pairs(args.option)
     if args.action == "validate":
-        return validate_family(family, options, args.task, args.jobs)
-    tasks = family.make_tasks(args.split, args.n, 0, **options)
+        return validate_family(family, options, args.task, args.jobs, args.n)
+    n = 5 if args.n is None else args.n
+    tasks = family.make_tasks(args.split, n, 0, **options)
     for task in tasks:
         print(json.dumps({"id": task.id, "prompt": task.prompt, "payload": task.payload}))
     if not tasks:
-        print(f"rlyard: {no_tasks_message(family, options, args.split, args.n)}", file=sys.stderr)
+        print(f"rlyard: {no_tasks_message(family, options, args.split, n)}", file=sys.stderr)
         return 1
     return 0
 
@@ -274,12 +275,18 @@ def no_tasks_message(family, options: dict, split: str, n: int) -> str:
     return f"no tasks in split {split} for {family.name} with options {options or '{}'}"
 
 
-def validate_family(family, options: dict, task_ids: list[str], jobs: int) -> int:
-    """Every task of the family checked (tests fail at base, pass with the reference fix)."""
+def validate_family(family, options: dict, task_ids: list[str], jobs: int, n: int | None = None) -> int:
+    """Every task of the family checked (tests fail at base, pass with the reference fix); with
+    `n`, the first n (a generated source has thousands), for a family whose validate takes `n`."""
+    import inspect
+
     from tqdm import tqdm
 
     if family.validate is None:
         print(f"rlyard: {family.name} has nothing to validate (its tasks are generated with their answers)", file=sys.stderr)
+        return 2
+    if n is not None and "n" not in inspect.signature(family.validate).parameters:
+        print(f"rlyard: {family.name}'s validate checks every task; it takes no -n", file=sys.stderr)
         return 2
     started = time.perf_counter()
     bars = []  # opened at the first checked task: a source that does not load prints only its error
@@ -290,7 +297,7 @@ def validate_family(family, options: dict, task_ids: list[str], jobs: int) -> in
         bars[0].update(1)
 
     try:
-        checks = family.validate(options, task_ids or None, jobs, tick)
+        checks = family.validate(options, task_ids or None, jobs, tick, **({} if n is None else {"n": n}))
     finally:
         for bar in bars:
             bar.close()
@@ -374,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--task", action="append", default=[], metavar="ID", help="validate only this task (repeatable)")
     envs.add_argument("--jobs", type=int, default=2, help="tasks validated at once")
     envs.add_argument("--split", default="eval")
-    envs.add_argument("-n", type=int, default=5)
+    envs.add_argument("-n", type=int, default=None, help="show: tasks printed (default 5); validate: check only the first N "
+                      "(families whose tasks are generated)")
     return parser
 
 

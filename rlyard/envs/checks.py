@@ -28,9 +28,11 @@ def check_tasks(tasks: list[Task], task_ids: list[str] | None, check: Callable[[
 
 
 def check_every_task(make_tasks: Callable[..., list[Task]], check: Callable[[Task], CheckT], options: dict | None,
-                     task_ids: list[str] | None, jobs: int = 2, progress: Callable[[CheckT], None] | None = None) -> list[CheckT]:
-    """`check` on every task of both splits (eval_percent 100 puts them all in one), or only `task_ids`."""
-    tasks = make_tasks("eval", 10**9, 0, **{**(options or {}), "eval_percent": 100})
+                     task_ids: list[str] | None, jobs: int = 2, progress: Callable[[CheckT], None] | None = None,
+                     n: int | None = None) -> list[CheckT]:
+    """`check` on every task of both splits (eval_percent 100 puts them all in one), or only `task_ids`;
+    `n`: only the first n of them (a generated source)."""
+    tasks = make_tasks("eval", 10**9 if n is None else n, 0, **{**(options or {}), "eval_percent": 100})
     return check_tasks(tasks, task_ids, check, jobs, progress)
 
 
