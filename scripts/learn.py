@@ -1,0 +1,151 @@
+"""Every family's learning recipe, one driver: collect -> base eval -> SFT -> eval -> RL seeds -> eval.
+
+    scripts/learn.sh CONFIG [OVERRIDES...]          # scripts/<family>/learn.sh passes its config
+    RL_SEEDS="0 1 2" DEMOS=256 OUT=runs/learn-code scripts/code/learn.sh
+    RESULT=bench/results/learn_code.json RL_SEEDS="0 1 2" scripts/code/learn.sh
+
+Environment: OUT (run folder, default runs/learn-<config>-<time>), DEMOS (oracle demonstrations on
+train tasks, default 256), RL_SEEDS (default "0"), THREADS (default 2), BUILTIN (overrides that turn
+the config's generated tasks into the family's built-in ones, e.g. "env.options.source=null"; each
+stage is then also evaluated there, reported as it is; empty: skipped), BUILTIN_SIZE (tasks of that
+evaluation, default: all the built-in eval tasks up to 100), RESULT (also write the summary there,
+e.g. bench/results/learn_<family>.json).
+
+Every stage is an `rlyard` command a user could type; this file only runs them in order, times
+them and writes `summary.json` in the shape shared by every family (DESIGN.md, "Every family
+learns"): `{"commit", "machine", "stages": {"base": {"success", "mean_reward", "seconds", ...},
+"sft": ..., "rl_seed0": ...}}`, all held-out and greedy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from provenance import commit  # noqa: E402  (bench/provenance.py: the code version of a result)
+
+
+def rlyard(*args: str) -> None:
+    """One stage; its output goes straight to the terminal, and a failure stops the recipe."""
+    print(f"$ rlyard {' '.join(shlex.quote(a) for a in args)}", flush=True)
+    subprocess.run(["rlyard", *args], check=True)
+
+
+def resolved_config(config: str, overrides: list[str]) -> dict:
+    done = subprocess.run(["rlyard", "train", config, *overrides, "--print-config"], capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"learn: the config does not resolve:\n{done.stderr or done.stdout}")
+    return yaml.safe_load(done.stdout)
+
+
+def option_flags(options: dict) -> list[str]:
+    """env.options as `rlyard collect -o KEY=VALUE` flags (values as flow YAML, which -o reads back)."""
+    flags = []
+    for key, value in (options or {}).items():
+        flags += ["-o", f"{key}={yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip().removesuffix('...').strip()}"]
+    return flags
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "load_at_start": load}
+
+
+def stage_result(path: Path, seconds: float) -> dict:
+    result = json.loads(path.read_text())
+    return {"success": result["accuracy"], "mean_reward": result["mean_reward"], "seconds": round(seconds, 1), **result}
+
+
+def spread(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    config, overrides = argv[0], argv[1:]
+    started = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(os.environ.get("OUT") or f"runs/learn-{Path(config).stem}-{started}")
+    demos, seeds = int(os.environ.get("DEMOS", "256")), os.environ.get("RL_SEEDS", "0").split()
+    builtin = shlex.split(os.environ.get("BUILTIN", ""))
+    common = [f"train.threads={os.environ.get('THREADS', '2')}", *overrides]
+    resolved = resolved_config(config, common)
+    family, options = resolved["env"]["name"], resolved["env"].get("options") or {}
+    out.mkdir(parents=True, exist_ok=True)
+    code_version, host = commit(), machine()
+    seconds: dict[str, float] = {}
+
+    def timed(name: str, *args: str) -> None:
+        t0 = time.monotonic()
+        rlyard(*args)
+        seconds[name] = round(time.monotonic() - t0, 1)
+
+    def evaluate(stage: str, checkpoint: str | None) -> None:
+        where = ["--checkpoint", checkpoint] if checkpoint else [config]
+        timed(f"eval_{stage}", "eval", *where, *common, "--output", str(out / f"eval_{stage}.json"))
+        if builtin:
+            size = ["--size", os.environ["BUILTIN_SIZE"]] if os.environ.get("BUILTIN_SIZE") else []
+            timed(f"builtin_{stage}", "eval", *where, *common, *builtin, *size, "--output", str(out / f"builtin_{stage}.json"))
+
+    print(f"== 1/4 collect: {demos} oracle demonstrations on {family} train tasks", flush=True)
+    timed("collect", "collect", family, *option_flags(options), "-n", str(demos), "--out", str(out / "demos.jsonl"), "--no-progress")
+    print("== 2/4 base model: held-out success", flush=True)
+    evaluate("base", None)
+    print("== 3/4 SFT on the demonstrations, then held-out success", flush=True)
+    timed("sft", "sft", str(out / "demos.jsonl"), config, *common, f"output.run_dir={out / 'sft'}")
+    evaluate("sft", str(out / "sft"))
+    for seed in seeds:
+        print(f"== 4/4 RL from the SFT weights (seed {seed}), then held-out success", flush=True)
+        timed(f"rl_seed{seed}", "train", config, *common, f"model.init_from={out / 'sft'}", f"train.seed={seed}",
+              f"output.run_dir={out / f'rl_seed{seed}'}", "eval.at_start=false", "eval.at_end=false")
+        evaluate(f"rl_seed{seed}", str(out / f"rl_seed{seed}"))
+
+    names = ["base", "sft", *(f"rl_seed{s}" for s in seeds)]
+    stage_seconds = {"base": seconds["eval_base"], "sft": seconds["sft"] + seconds["eval_sft"],
+                     **{f"rl_seed{s}": seconds[f"rl_seed{s}"] + seconds[f"eval_rl_seed{s}"] for s in seeds}}
+    stages = {name: stage_result(out / f"eval_{name}.json", stage_seconds[name]) for name in names}
+    rl = [stages[f"rl_seed{s}"] for s in seeds]
+    summary = {
+        "commit": code_version, "machine": host, "config": config, "overrides": overrides, "family": family,
+        "demos": demos, "rl_seeds": seeds, "seconds": seconds,
+        "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds["sft"]
+                                   + stage_seconds[f"rl_seed{seeds[0]}"]) / 60, 1) if seeds else None,
+        "stages": stages,
+        "rl": {"success": spread([r["success"] for r in rl]), "mean_reward": spread([r["mean_reward"] for r in rl])} if rl else {},
+    }
+    if builtin:
+        summary["builtin"] = {"overrides": builtin, "stages": {
+            name: stage_result(out / f"builtin_{name}.json", seconds[f"builtin_{name}"]) for name in names}}
+    text = json.dumps(summary, indent=2)
+    (out / "summary.json").write_text(text)
+    if os.environ.get("RESULT"):
+        Path(os.environ["RESULT"]).write_text(text + "\n")
+
+    print(f"\nheld-out success, greedy: {stages['base']['tasks']} {family} eval tasks, commit {code_version}")
+    print(f"{'stage':<12} {'success':>8} {'reward':>7} {'turns':>6} {'seconds':>8}")
+    for name, result in stages.items():
+        print(f"{name:<12} {result['success']:>8.1%} {result['mean_reward']:>7.3f} {result['mean_turns']:>6.2f} {result['seconds']:>8.0f}")
+    if len(rl) > 1:
+        s = summary["rl"]["success"]
+        print(f"RL over seeds {' '.join(seeds)}: success mean {s['mean']:.1%}, sd {s['sd']:.1%}")
+    for name, result in summary.get("builtin", {}).get("stages", {}).items():
+        print(f"built-in {name:<12} success {result['success']:.1%} reward {result['mean_reward']:.3f} ({result['tasks']} tasks)")
+    print(f"one seed end to end: {summary['one_seed_minutes']} min; {out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
