@@ -20,6 +20,7 @@ from rlyard.config_sections import (  # noqa: F401  (re-exported: the sections' 
     RayConfig, RolloutConfig, SftConfig, Strict, TrainConfig,
 )
 from rlyard.envs.registry import FamilyNotFound, get_family
+from rlyard.errors import ConfigError  # its home is rlyard.errors; `from rlyard.config import ConfigError` still works
 from rlyard.rewards.loading import RewardLoadError, load_rewards
 
 
@@ -31,7 +32,7 @@ class EnvConfig(Strict):
     # Python reward functions, TRL's signature (docs/your-data.md): "pkg.module:fn" or "path/to/file.py:fn", or a list
     reward: str | list[str] | None = None  # None: the family's own verifier (env.name=dataset needs one)
     reward_weights: list[float] | None = None  # one per reward function; None = all 1.0 (TRL's reward_weights)
-    # an environment's score() that has not answered by then fails its episode as infra (rlyard/envs/deadline.py)
+    # an environment's score() that has not answered by then fails its episode as infra (rlyard/environment/deadline.py)
     grader_timeout_s: float | None = Field(900.0, gt=0)
 
     @field_validator("name")
@@ -145,10 +146,6 @@ def soft_overlong_lengths(config: RunConfig, multi_turn: bool = False) -> tuple[
     else:
         max_len = config.rollout.max_new_tokens
     return max_len, algo.soft_overlong_cache_len or max(1, max_len // 5)
-
-
-class ConfigError(ValueError):
-    """A config problem, worded for the person who wrote the config."""
 
 
 class _Yaml12Loader(yaml.SafeLoader):

@@ -3,7 +3,7 @@ import pytest
 
 from rlyard.agent.loop import AgentLimits, TemplateRenderer, cut_middle, run_episodes, trim_prompt
 from rlyard.engines import HFEngine
-from rlyard.envs.base import StepResult
+from rlyard.environment import StepResult
 from rlyard.types import Reward, SamplingParams, Task
 
 STOP = (2,)  # <|im_end|>

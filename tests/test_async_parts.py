@@ -11,7 +11,7 @@ import torch
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.config import AlgoConfig, ConfigError, load_config
 from rlyard.engines import HFEngine
-from rlyard.envs.base import StepResult
+from rlyard.environment import StepResult
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.workers import SharedEngine
 from rlyard.train import Learner

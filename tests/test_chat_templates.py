@@ -26,7 +26,7 @@ from rlyard.agent.loop import AgentLimits, TemplateRenderer, conversation_tokens
 from rlyard.agent.toolcalls import parse_tool_calls, render_tool_specs
 from rlyard.engines import HFEngine
 from rlyard.envs import get_family
-from rlyard.envs.base import StepResult
+from rlyard.environment import StepResult
 from rlyard.models import load_tokenizer
 from rlyard.models.templates import choose_tool_format, read_chat_template, render, template_tool_format
 from rlyard.types import Completion, Reward, SamplingParams, Task

@@ -17,7 +17,7 @@ import torch
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.algos import filters, policy_losses
 from rlyard.config import AlgoConfig, load_config
-from rlyard.envs.base import StepResult
+from rlyard.environment import StepResult
 from rlyard.orchestrate import sampling, targets
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.train import Learner

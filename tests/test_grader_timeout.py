@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rlyard.config import load_config
-from rlyard.envs.deadline import GraderTimeout, within
+from rlyard.environment.deadline import GraderTimeout, within
 from rlyard.orchestrate.sync import train
 from rlyard.testing import faults
 from rlyard.testing.tiny import save_tiny_llama

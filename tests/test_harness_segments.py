@@ -18,7 +18,7 @@ from rlyard.agent.loop import AgentLimits  # noqa: E402
 from rlyard.algos.aggregate import token_weights  # noqa: E402
 from rlyard.config import load_config  # noqa: E402
 from rlyard.engines import HFEngine  # noqa: E402
-from rlyard.envs.base import Family  # noqa: E402
+from rlyard.environment import Family  # noqa: E402
 from rlyard.harness.base import HarnessEpisode, HarnessOutcome, register_harness  # noqa: E402
 from rlyard.harness.runner import play_episodes  # noqa: E402
 from rlyard.orchestrate.evaluate import evaluate  # noqa: E402

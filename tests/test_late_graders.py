@@ -12,8 +12,8 @@ import pytest
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.config import load_config
 from rlyard.engines import HFEngine
-from rlyard.envs.deadline import GraderTimeout, within
-from rlyard.envs.base import StepResult
+from rlyard.environment.deadline import GraderTimeout, within
+from rlyard.environment import StepResult
 from rlyard.types import Reward, SamplingParams, Task
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""Policy failures score 0, platform failures are infra (rlyard/envs/outcomes.py, docs/reliability.md).
+"""Policy failures score 0, platform failures are infra (rlyard/environment/outcomes.py, docs/reliability.md).
 
 Every tool and every grader of every family is fed what a policy can produce - NUL bytes, lone
 surrogates and bytes that are no UTF-8, 1 MB strings, JSON nested 100,000 deep, integers past
@@ -26,7 +26,7 @@ from rlyard.types import Reward, Task
 
 pytestmark = pytest.mark.timeout(600)
 
-REASON = "policy_input: "  # rlyard.envs.outcomes.REASON_PREFIX (spelled out: this file also runs on older code)
+REASON = "policy_input: "  # rlyard.environment.outcomes.REASON_PREFIX (spelled out: this file also runs on older code)
 NEST = "[" * 100_000 + "]" * 100_000
 MB = "A" * (1 << 20)
 BIGINT = "9" * 5000  # past int()'s 4300-digit limit: json.loads and int() raise ValueError on it
@@ -227,9 +227,9 @@ def test_the_dataset_familys_builtin_reward_functions_score_what_the_policy_wrot
 
 # ----------------------------------------------------------------- the rule, and the reverse: platform faults stay infra
 def test_the_rule_tells_the_policys_failures_from_the_platforms():
-    from rlyard.envs.deadline import GraderTimeout
+    from rlyard.environment.deadline import GraderTimeout
     from rlyard.envs.judge import JudgeUnavailable
-    from rlyard.envs.outcomes import PlatformError, PolicyInputError, policy_reason
+    from rlyard.environment.outcomes import PlatformError, PolicyInputError, policy_reason
     from rlyard.sandbox import SandboxError, SandboxUnavailable
 
     def raised_from(error, cause):
@@ -338,7 +338,7 @@ def test_a_missing_compiler_is_infra(monkeypatch):
     skip_without("cyber")
     from rlyard.envs.cyber import verify
     from rlyard.envs.cyber.env import CyberEnv
-    from rlyard.envs.outcomes import policy_reason
+    from rlyard.environment.outcomes import policy_reason
     monkeypatch.setattr(verify, "CC", "rlyard-no-such-compiler")
     monkeypatch.setattr(verify, "_builds", {})
     env = CyberEnv()

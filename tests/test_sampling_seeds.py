@@ -10,7 +10,7 @@ import torch
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.engines import HFEngine
 from rlyard.engines.base import fold_seed
-from rlyard.envs.base import StepResult
+from rlyard.environment import StepResult
 from rlyard.types import Reward, SamplingParams, Task
 
 STOP = (2,)  # <|im_end|>

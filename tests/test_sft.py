@@ -15,7 +15,7 @@ from rlyard.agent.loop import AgentLimits, TemplateRenderer, conversation_tokens
 from rlyard.agent.toolcalls import parse_tool_calls
 from rlyard.cli import main
 from rlyard.config import ConfigError, ModelConfig, load_config
-from rlyard.envs.base import StepResult
+from rlyard.environment import StepResult
 from rlyard.orchestrate.setup import build, initial_model, stop_tokens
 from rlyard.sft import DataError, assistant_text, load_conversations
 from rlyard.sft.batching import DataOrder, tokenize

@@ -13,8 +13,8 @@ import traceback
 from dataclasses import dataclass, field, replace
 
 from rlyard.engines.base import Engine, turn_seed
-from rlyard.envs.base import Environment
-from rlyard.envs.deadline import within
+from rlyard.environment import Environment
+from rlyard.environment.deadline import within
 from rlyard.models.templates import MARK, choose_tool_format, end_of_message_id, render, shows_tool_messages, thinks
 from rlyard.types import Message, Reward, SamplingParams, Task, Trajectory
 

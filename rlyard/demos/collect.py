@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rlyard.envs import get_family
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.observe.store import write_atomic
 from rlyard.types import Task
 

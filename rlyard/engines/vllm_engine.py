@@ -46,7 +46,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlyard.config import ConfigError
+from rlyard.errors import ConfigError
 from rlyard.engines.base import fold_seed
 from rlyard.models import is_peft, resolve_model_path
 from rlyard.models.lora import save_adapter

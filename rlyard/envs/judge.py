@@ -30,10 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rlyard.errors import PlatformError
+
 log = logging.getLogger("rlyard.judge")
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(PlatformError):
     """The judge could not be reached, or gave no verdict that parses: an infra failure."""
 
 

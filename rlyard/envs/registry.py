@@ -21,7 +21,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 
 ENTRY_POINT_GROUP = "rlyard.envs"
 BUILTIN = {

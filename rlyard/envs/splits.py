@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from rlyard.config import ConfigError
+from rlyard.errors import ConfigError
 
 SPLITS = ("train", "eval")
 EVAL_PERCENT = 10

@@ -1,6 +1,6 @@
 """The `step` shared by tool-using families: parse the reply's tool calls, run them, answer.
 
-It lives apart from `rlyard.envs.base` because it needs the agent's tool-call parser, while the
+It lives apart from `rlyard.environment.base` because it needs the agent's tool-call parser, while the
 agent loop needs only the `Environment` protocol: keeping them apart keeps the imports one-way.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from rlyard.agent.toolcalls import format_tool_error, parse_tool_calls, render_tool_specs
-from rlyard.envs.base import StepResult
-from rlyard.envs.outcomes import policy_line, tool_error
+from rlyard.environment import StepResult
+from rlyard.environment.outcomes import policy_line, tool_error
 from rlyard.sandbox.mounts import remove_workspace
 from rlyard.types import Task
 
@@ -30,7 +30,7 @@ class ToolEnv:
     template (task.metadata["template_tools"]): they are then in `template_tools`, which the loop
     gives the template.
 
-    Every subclass's `score` is wrapped by `rlyard.envs.outcomes.policy_line`, and every tool call
+    Every subclass's `score` is wrapped by `rlyard.environment.outcomes.policy_line`, and every tool call
     by the same rule: what the policy wrote never raises out of a tool (it gets `error: ...`) or
     out of a grader (0 with the reason); only the platform's faults do (infra).
     """

@@ -31,8 +31,8 @@ from dataclasses import replace
 
 from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.engines.base import Engine, fold_seed
-from rlyard.envs.base import Environment
-from rlyard.envs.deadline import within
+from rlyard.environment import Environment
+from rlyard.environment.deadline import within
 from rlyard.harness.base import Harness, HarnessEpisode, get_harness
 from rlyard.harness.gateway import MODEL_NAME, Gateway
 from rlyard.types import SamplingParams, Task, Trajectory

@@ -5,7 +5,7 @@ import math
 
 from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.orchestrate.rollout import rollout
 from rlyard.types import SamplingParams, Task, Trajectory
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlyard.config import RunConfig
-from rlyard.envs.base import Family, StepResult
+from rlyard.environment import Family, StepResult
 from rlyard.orchestrate.ray_fleet import takes_adapter
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
 

@@ -4,7 +4,7 @@ A broken environment or verifier fails its own episode (flagged `infra_error`), 
 one whose reset, step or score raises, or whose verdict is no Reward, or not a finite number
 (NaN, inf, a str, None; a component too), which would otherwise train as a reward. A step or
 score that raised on the policy's reply itself (a NUL byte, text that is no UTF-8, nesting past
-the parser's depth: `rlyard.envs.outcomes`) is the policy's failure: 0 with the reason.
+the parser's depth: `rlyard.environment.outcomes`) is the policy's failure: 0 with the reason.
 """
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ import time
 import traceback
 from dataclasses import replace
 
-from rlyard.agent.loop import AgentLimits
+from rlyard.agent.loop import AgentLimits, run_episodes
 from rlyard.engines.base import Engine
-from rlyard.envs.base import Family
-from rlyard.envs.deadline import within
-from rlyard.envs.outcomes import policy_verdict
-from rlyard.harness.runner import play_episodes
+from rlyard.environment import Family
+from rlyard.environment.deadline import within
+from rlyard.environment.outcomes import policy_verdict
 from rlyard.testing.kill import kill_point
 from rlyard.types import Reward, SamplingParams, Task, Trajectory
 
@@ -35,8 +34,9 @@ def rollout(
 ) -> list[Trajectory]:
     """n samples of each task, scored; the n samples of a task share a `group_id`.
 
-    Multi-turn families (tools, several replies) go through the agent loop with `limits`; a group
-    whose drawn arm is a third-party harness is played by it behind a gateway (rlyard/harness/runner.py).
+    Multi-turn families (tools, several replies) go through the agent loop with `limits`, or through
+    the family's own `play` (code: a group whose drawn arm is a third-party harness is played by it
+    behind a gateway, rlyard/harness/runner.py).
 
     `truncated_reward`, when set, replaces the verdict of a reply cut off by max_new_tokens:
     an answer counts only if the model finished it, so a short training budget cannot hide
@@ -53,7 +53,8 @@ def rollout(
         flat_tasks = [task for task in tasks for _ in range(n)]
         group_ids = [f"{group_prefix}{t}:{task.id}" for t, task in enumerate(tasks) for _ in range(n)]
         envs_flat = [family.make_env() for _ in flat_tasks]
-        played = play_episodes(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
+        play = family.play or run_episodes
+        played = play(engine, tokenizer, envs_flat, flat_tasks, group_ids, params, limits or AgentLimits())
         kill_point("rollout")
         return checked(score_groups(family, tasks, group_prefix, checked(played)))
     envs = [[family.make_env() for _ in range(n)] for _ in tasks]
@@ -179,7 +180,7 @@ def env_verdict(env, text: str, grader_timeout_s: float | None = None) -> tuple[
     """(reward, None), or (None, the traceback) when the environment or its verifier broke.
 
     The reply is the policy's: an environment of any kind (a third party's too) that raises on it
-    in the way only data makes code raise scores 0 with the reason (rlyard/envs/outcomes.py);
+    in the way only data makes code raise scores 0 with the reason (rlyard/environment/outcomes.py);
     any other exception, and every platform fault, is infra."""
     try:
         env.step(text)

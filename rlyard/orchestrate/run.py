@@ -50,7 +50,7 @@ def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:
         "rollout/response_tokens": statistics.fmean(lengths),
         "rollout/truncated_fraction": sum(is_truncated(t.finish_reason) for t in batch) / len(batch),
         "rollout/infra_errors": float(sum(t.infra_error for t in batch)),
-        # episodes a grader scored 0 because the policy's output made it fail (rlyard/envs/outcomes.py)
+        # episodes a grader scored 0 because the policy's output made it fail (rlyard/environment/outcomes.py)
         "rollout/policy_input_errors": float(sum(bool(t.components.get("policy_input")) for t in batch)),
         "rollout/turns": statistics.fmean(t.turns for t in batch),
         # tokens of greedy (T = 0) harness turns: recorded, left out of the policy loss

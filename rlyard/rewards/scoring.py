@@ -17,7 +17,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.rewards.loading import RewardFunction
 from rlyard.types import Reward, Task
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rlyard.errors import PlatformError
 from rlyard.sandbox import cgroups, fs, mounts, seccomp
 from rlyard.sandbox.capture import Capture, DiskWatch, TeardownError, read_all, wait_namespace_gone
 from rlyard.sandbox.fs import MOUNT_POINT
@@ -44,7 +45,7 @@ Isolation = Literal["auto", "bwrap", "unshare", "none"]
 PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-class SandboxError(RuntimeError):
+class SandboxError(PlatformError):
     """The sandbox itself failed (could not start, bad setup): an infra failure, not the policy's."""
 
 

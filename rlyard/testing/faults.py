@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from rlyard.envs.base import Family, StepResult
+from rlyard.environment import Family, StepResult
 from rlyard.sandbox import SandboxUnavailable
 from rlyard.testing.kill import KILL_ENV, KILL_POINTS, kill_point  # noqa: F401 - one import for tests
 from rlyard.types import Message, Reward, Task

@@ -2,7 +2,7 @@
 from rlyard.envs.arith.env import make_env
 from rlyard.envs.arith.tasks import make_tasks
 from rlyard.envs.arith.verify import extract_answer, verify
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 
 FAMILY = Family(
     name="arith",

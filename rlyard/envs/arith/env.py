@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from rlyard.envs.arith.verify import verify
-from rlyard.envs.base import SingleTurnEnv
+from rlyard.environment import SingleTurnEnv
 
 
 def make_env() -> SingleTurnEnv:

@@ -1,5 +1,5 @@
 """countdown: reach a target from given numbers with + - * /; graded by a safe `ast` evaluator."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.countdown.env import make_env
 from rlyard.envs.countdown.tasks import make_tasks
 from rlyard.envs.countdown.verify import evaluate, extract_expression, verify

@@ -1,7 +1,7 @@
 """The countdown environment: one puzzle, one reply, graded by `verify`."""
 from __future__ import annotations
 
-from rlyard.envs.base import SingleTurnEnv
+from rlyard.environment import SingleTurnEnv
 from rlyard.envs.countdown.verify import verify
 
 

@@ -1,5 +1,5 @@
 """cyber: reproduce a memory-safety bug in a C program; a sanitizer report graded against the expected crash."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.cyber.env import CyberEnv, make_env
 from rlyard.envs.cyber.oracle import oracle
 from rlyard.envs.cyber.tasks import make_tasks

@@ -1,5 +1,5 @@
 """dataset: your own prompts from a file, graded by the Python reward functions of `env.reward`."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.dataset.env import make_env
 from rlyard.envs.dataset.readers import DatasetError, read_rows
 from rlyard.envs.dataset.tasks import make_tasks

@@ -1,7 +1,7 @@
 """The dataset environment: one prompt, one reply; the grade is `env.reward`'s, given per batch."""
 from __future__ import annotations
 
-from rlyard.envs.base import SingleTurnEnv
+from rlyard.environment import SingleTurnEnv
 from rlyard.envs.dataset.verify import verify
 
 

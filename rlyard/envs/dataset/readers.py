@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlyard.config import ConfigError
+from rlyard.errors import ConfigError
 
 FORMATS = ".jsonl, .json, .parquet, .csv, .tsv, or a folder written by datasets' save_to_disk"
 

@@ -1,5 +1,5 @@
 """files: find a fact in a generated file tree with shell tools (the small multi-turn family)."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.files.env import FilesEnv, make_env
 from rlyard.envs.files.oracle import oracle
 from rlyard.envs.files.tasks import make_tasks

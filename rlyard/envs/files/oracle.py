@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 
-from rlyard.demos.replies import bash_reply, hermes_reply, say, shell_quote
+from rlyard.agent.replies import bash_reply, hermes_reply, say, shell_quote
 from rlyard.types import Task
 
 

@@ -1,5 +1,5 @@
 """general: knowledge work (files, SQL-backed task tools) graded by a weighted rubric of rules and an LLM judge."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.general.env import GeneralEnv, make_env, score_group
 from rlyard.envs.general.oracle import oracle
 from rlyard.envs.general.tasks import make_tasks

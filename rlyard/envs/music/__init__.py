@@ -1,5 +1,5 @@
 """music: compose a tune in ABC notation; abc2midi's MIDI scored against a folk-tune corpus and the prompt's constraints."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.music.abc import Abc2MidiMissing, extract_tune
 from rlyard.envs.music.env import make_env
 from rlyard.envs.music.tasks import make_tasks

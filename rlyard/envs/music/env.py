@@ -1,7 +1,7 @@
 """The music environment: one prompt, one reply (a tune), graded by `verify`."""
 from __future__ import annotations
 
-from rlyard.envs.base import SingleTurnEnv
+from rlyard.environment import SingleTurnEnv
 from rlyard.envs.music.abc import require_abc2midi
 from rlyard.envs.music.verify import verify
 

@@ -1,6 +1,6 @@
 """webdev: build a web page with file tools; rendered in headless Chromium, gated on runtime
 errors, scored by DOM checks and similarity to a reference (and, optionally, a vision judge)."""
-from rlyard.envs.base import Family
+from rlyard.environment import Family
 from rlyard.envs.webdev.env import WebdevEnv, make_env
 from rlyard.envs.webdev.judge import score_group
 from rlyard.envs.webdev.oracle import oracle

@@ -16,8 +16,10 @@ import ctypes
 import threading
 from typing import Any, Callable
 
+from rlyard.errors import PlatformError
 
-class GraderTimeout(RuntimeError):
+
+class GraderTimeout(PlatformError):
     """The grader did not answer within env.grader_timeout_s: an infra failure, never a 0."""
 
 

@@ -33,25 +33,14 @@ import json
 import traceback
 from typing import Any, Callable
 
+from rlyard.errors import PlatformError, PolicyInputError
 from rlyard.types import Reward
 
 REASON_PREFIX = "policy_input: "
 
 
-class PlatformError(RuntimeError):
-    """A fault of the platform (never of the policy's output): the episode is infra, never a 0."""
-
-
-class PolicyInputError(ValueError):
-    """The policy's input cannot be taken (its message says why): a tool error, or a grade of 0."""
-
-
-def _platform_types() -> tuple[type[BaseException], ...]:
-    # imported here: rlyard.envs.base imports this module and must stay free of the sandbox at import
-    from rlyard.envs.deadline import GraderTimeout
-    from rlyard.envs.judge import JudgeUnavailable
-    from rlyard.sandbox.sandbox import SandboxError
-    return PlatformError, SandboxError, GraderTimeout, JudgeUnavailable, OSError
+# the platform's faults: PlatformError and its kinds (SandboxError, GraderTimeout, JudgeUnavailable), and the OS's
+PLATFORM_TYPES: tuple[type[BaseException], ...] = (PlatformError, OSError)
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -93,8 +82,7 @@ def policy_reason(error: BaseException) -> str | None:
     if isinstance(error, PolicyInputError):  # said by the code that checked the input: it knows
         return str(error)
     chain = _chain(error)
-    platform = _platform_types()
-    if any(isinstance(e, platform) and _data_reason(e) is None for e in chain):
+    if any(isinstance(e, PLATFORM_TYPES) and _data_reason(e) is None for e in chain):
         return None
     return _data_reason(error)
 

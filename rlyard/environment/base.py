@@ -4,16 +4,18 @@ An environment never sees sampling, advantages or batching; it turns a `Task` in
 reacts to the policy's replies and finally scores the episode. Single-turn families end after
 the first reply; multi-turn families keep returning tool messages until `done`.
 
-This module imports only `rlyard.types` and `rlyard.envs.outcomes` (the line between the policy's
-failures and the platform's), so the agent loop, the registry and every family can import it
-without a circle; the tool-using step is in `rlyard.envs.tool_env`.
+The contract lives apart from the families (`rlyard.envs`): it imports only `rlyard.types` and
+`rlyard.environment.outcomes` (the line between the policy's failures and the platform's), so the
+agent loop, the harness runner, the reward functions and every family import it, and the
+families import the agent, with no circle between packages; the tool-using step is in
+`rlyard.envs.tool_env`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from rlyard.envs.outcomes import policy_line
+from rlyard.environment.outcomes import policy_line
 from rlyard.types import Message, Reward, Task, Trajectory
 
 
@@ -83,3 +85,7 @@ class Family:
     # member has finished: a length penalty anchored on the group's lengths, a judge comparing the members
     # (rlyard.orchestrate.rollout.score_groups runs it in sync, async and Ray rollouts alike)
     score_group: Callable[[Task, list[Trajectory]], list[Trajectory]] | None = None
+    # (engine, tokenizer, envs, tasks, group_ids, params, limits) -> trajectories: how a multi-turn family's episodes
+    # are played when not all through the agent loop (`rlyard.agent.loop.run_episodes`, the default): code's harness
+    # arms (rlyard.harness.runner.play_episodes). Only a family that sets it loads the harness and its HTTP server.
+    play: Callable[..., list[Trajectory]] | None = None
