@@ -18,7 +18,7 @@ import json
 import random
 import re
 
-from rlyard.demos.replies import bash_reply, hermes_reply, heredoc_delimiter, say, shell_quote
+from rlyard.agent.replies import bash_reply, hermes_reply, heredoc_delimiter, say, shell_quote
 from rlyard.envs.code.env import choose_arm
 from rlyard.envs.code.repo import apply_patch, touched_paths
 from rlyard.types import Task
