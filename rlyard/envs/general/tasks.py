@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from rlyard.config import ConfigError
+from rlyard.errors import ConfigError
 from rlyard.envs.splits import merge_options, split_of
 from rlyard.types import Task
 
