@@ -1,4 +1,5 @@
-"""webdev tasks: one per spec folder (built-in, or `env.options.source`), split by a stable hash.
+"""webdev tasks: one per spec folder (built-in, or `env.options.source`), split by a stable hash;
+or, with `source: generated`, page specs drawn by generate.py (held out by combination).
 
 A task folder holds `task.yaml` (category, difficulty, statement, checks: checks.py), a
 `reference/` site that meets the statement (index.html and its CSS / JS) and `reference.png`,
@@ -13,6 +14,7 @@ import yaml
 
 from rlyard.envs.splits import merge_options, split_of
 from rlyard.envs.webdev.checks import normalize_checks
+from rlyard.envs.webdev.generate import make_generated
 from rlyard.envs.webdev.render import chromium_path
 from rlyard.sandbox import require_sealed
 from rlyard.types import Task
@@ -22,8 +24,8 @@ DIFFICULTIES = ("easy", "medium", "hard")
 JUDGE_KEYS = {"base_url", "model", "api_key_env", "timeout_s", "retries", "backoff_s", "concurrency", "cache_dir", "rounds",
               "min_rounds", "max_ties", "max_width"}
 DEFAULTS: dict[str, Any] = {
-    "source": None,  # None = the built-in tasks; else a folder of task folders of the same shape
-    "eval_percent": 25,  # share of tasks (stable hash of the id) in the eval split
+    "source": None,  # None = the built-in tasks; "generated": page specs (generate.py); else a folder of task folders
+    "eval_percent": 25,  # share of tasks (stable hash of the id; generated: of the combination) in the eval split
     "category": None,  # keep only tasks of this category
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
     "timeout_s": 10.0,  # a page must load and be measured within this, else it hung (0)
@@ -91,9 +93,13 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     chromium_path()  # no browser: say so now, not at the first graded page
     require_sealed(bool(opts["allow_weak_isolation"]), "the webdev family (its tasks hold reference pages)")
     judge = check_judge(opts["judge"])
+    settings = {key: opts[key] for key in ("timeout_s", "screenshot_dir", "tool_format", "allow_weak_isolation")}
+    if opts["source"] == "generated":
+        if opts["category"] not in (None, "generated") or opts["difficulty"] not in (None, "easy"):
+            return []  # every generated task is category "generated", difficulty "easy"
+        return make_generated(split, n, seed, opts, settings, judge, TASK)
     chosen = [s for s in load_specs(opts["source"]) if split_of("webdev", s["id"], int(opts["eval_percent"])) == split
               and opts["category"] in (None, s["category"]) and opts["difficulty"] in (None, s["difficulty"])]
-    settings = {key: opts[key] for key in ("timeout_s", "screenshot_dir", "tool_format", "allow_weak_isolation")}
     return [Task(id=s["id"], prompt=[{"role": "user", "content": TASK.format(statement=s["statement"])}], env="webdev",
                  payload={**{k: s[k] for k in ("statement", "checks", "reference", "site")}, **settings, "judge": judge},
                  metadata={"split": split, "category": s["category"], "difficulty": s["difficulty"]})

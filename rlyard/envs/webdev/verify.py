@@ -22,7 +22,8 @@ from rlyard.envs.webdev.checks import MEASURE_JS, PAGE_TEXT, probes, query_fit
 from rlyard.envs.webdev.gate import NodeUnavailable, missing_index, runtime_failure, syntax_errors
 from rlyard.envs.webdev.render import Rendered, RendererUnavailable, render_site
 from rlyard.envs.webdev.paint import MIN_LEGIBLE_SHARE, legible_share, rgb_image
-from rlyard.envs.webdev.visual import MIN_DRAWN_SHARE, drawn_share, load_reference, visual_cap, visual_score
+from rlyard.envs.webdev.references import reference_image
+from rlyard.envs.webdev.visual import MIN_DRAWN_SHARE, drawn_share, visual_cap, visual_score
 from rlyard.types import Reward
 
 BANDS = ((0.9, 0.0), (0.6, 0.2), (0.4, 0.4), (0.2, 0.8))  # (fit at least, deduction); below the last: reward 0
@@ -115,8 +116,9 @@ def _grade(dist: Path, payload: dict[str, Any], task_id: str) -> Reward:
     if key:
         return gated(key, reason, info)
     visual = raw = None
-    if payload.get("reference") and rendered.screenshot is not None:
-        visual, raw = visual_score(rendered.screenshot, load_reference(Path(payload["reference"])))
+    reference = reference_image(payload) if rendered.screenshot is not None else None
+    if reference is not None:
+        visual, raw = visual_score(rendered.screenshot, reference)
     images = {name: rgb_image(png) for name, png in rendered.shots.items()}
     fit, scores = query_fit(checks, rendered.measures, visual, images)
     cap = visual_cap(visual)
