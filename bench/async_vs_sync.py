@@ -41,7 +41,7 @@ from rlyard.config import load_config
 from rlyard.envs.arith import make_tasks as arith_tasks
 from rlyard.envs.arith import verify as arith_verify
 from rlyard.envs import Family, StepResult, register
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.types import Reward, Task
 from provenance import commit  # bench/ is on sys.path when a script runs
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from rlyard.config import load_config
 from rlyard.models import load_tokenizer
 from rlyard.observe.store import read_jsonl
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.testing import faults
 from rlyard.testing.tiny import save_tiny_llama
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rlyard.config import load_config
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from provenance import commit  # bench/ is on sys.path when a script runs
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"

@@ -4,7 +4,7 @@
     python bench/ray_overhead.py                                   # quickstart, 6 steps, 2 repeats each way
     python bench/ray_overhead.py --repeats 3 --json bench/results/ray_overhead.json
 
-Each run is `rlyard.orchestrate.sync.train` in a fresh process (the embedded SmolLM2-135M on
+Each run is `rlyard.orchestrate.entry.train` in a fresh process (the embedded SmolLM2-135M on
 configs/quickstart.yaml unless `--config` / overrides say otherwise), so the Ray side pays for
 starting its private local cluster and actors every time, as `rlyard train` does. Reported per
 run: wall seconds (process start to result), the seconds outside the training steps (start-up:
@@ -33,7 +33,7 @@ import json, sys, time
 started = time.perf_counter()
 from pathlib import Path
 from rlyard.config import load_config
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 config = load_config(sys.argv[1], sys.argv[3:])
 result = train(config, Path(sys.argv[2]))
 print("RESULT", json.dumps({"wall_s": time.perf_counter() - started, "final_accuracy": result.final_accuracy}))

@@ -206,7 +206,7 @@ def run_trl(args) -> dict:
 
 
 def run_rlyard(args) -> dict:
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     run_dir = Path(tempfile.mkdtemp(prefix="vs_trl-rlyard-"))
     started = time.perf_counter()

@@ -22,7 +22,7 @@ from pathlib import Path
 from provenance import commit  # bench/ is on sys.path when a script runs
 from rlyard.config import load_config
 from rlyard.orchestrate.setup import run_family
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "examples" / "your-data" / "config.yaml"

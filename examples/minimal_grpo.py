@@ -3,7 +3,8 @@
     python examples/minimal_grpo.py --steps 20
 
 This is the sync loop of `rlyard train` without config files, checkpoints or sinks; read it
-first to see the whole algorithm, then rlyard/orchestrate/sync.py for the full version.
+first to see the whole algorithm, then rlyard/orchestrate/sync_loop.py for the full version
+(rlyard/orchestrate/entry.py is where every run starts: it picks that loop, the async one or Ray).
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"{' with overrides ' + ' '.join(overrides) if overrides else ''}")
         print(dump_config(config), end="")
         return 0
-    from rlyard.orchestrate.sync import train  # torch and the model code: not needed to resolve a config
+    from rlyard.orchestrate.entry import train  # torch and the model code: not needed to resolve a config
 
     print(f"[rlyard] run folder: {run_dir}")
     result = train(config, run_dir, resume=bool(args.resume))

@@ -18,7 +18,7 @@ import pytest
 
 from rlyard.config import load_config
 from rlyard.envs import Family, SingleTurnEnv, register
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 
 from conftest import toy_tasks, toy_verify
 

@@ -20,7 +20,7 @@ from rlyard.config import load_config
 from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.orchestrate import workers
 from rlyard.orchestrate.buffer import TaskSource, Ticket
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.orchestrate.workers import SharedEngine
 from rlyard.types import Reward
 

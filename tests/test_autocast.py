@@ -82,7 +82,7 @@ def test_a_bf16_engine_and_int8_are_refused_together():
 @pytest.mark.parametrize("lora", [True, False])
 def test_a_bf16_engine_gets_its_own_copy_and_every_push_cast_to_bf16(tiny_model_dir, tmp_path, lora):
     from rlyard.orchestrate.setup import build, push_weights
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
     from tests.test_zoo_train import QUICKSTART, tiny_overrides
 
     overrides = tiny_overrides(tiny_model_dir, tmp_path / "run", "rollout.dtype=bfloat16", "model.autocast=bfloat16",

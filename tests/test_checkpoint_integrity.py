@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlyard.config import load_config
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.train import checkpoint as ckpt
 from rlyard.train.checkpoint import CheckpointCorrupt, CheckpointWriteError, latest_checkpoint, save_checkpoint, verify_checkpoint
 

@@ -74,7 +74,7 @@ def test_eval_overrides_without_a_config_file(capsys):
 def tiny_run(tmp_path_factory, tiny_model_dir):
     """A one-step run folder (config.yaml + checkpoint) of the tiny model on the toy env."""
     from rlyard.config import load_config
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     run_dir = tmp_path_factory.mktemp("cli-run")
     config = load_config(None, [

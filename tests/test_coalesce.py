@@ -12,7 +12,7 @@ import torch
 from rlyard.config import load_config
 from rlyard.engines import CoalescingEngine, HFEngine
 from rlyard.orchestrate import setup
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.types import SamplingParams
 
 pytestmark = pytest.mark.timeout(120)

@@ -155,7 +155,7 @@ def test_dump_config_round_trips():
 
 def test_run_folder_config_round_trips(tmp_path, tiny_model_dir):
     """The resolved config a run saves in its folder rebuilds the same RunConfig."""
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     config = load_config(None, [
         f"model.name={tiny_model_dir}", "model.lora.rank=2", "model.lora.alpha=4", "env.name=toy", "env.train_size=4",

@@ -17,7 +17,7 @@ from rlyard.config import ConfigError, load_config, training_algo
 from rlyard.engines import HFEngine
 from rlyard.engines.quant import Int8Projection, Projection
 from rlyard.orchestrate.rollout import render_prompt
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.train.logprobs import continuation_logprobs
 from rlyard.types import SamplingParams
 from tests.test_zoo_train import QUICKSTART, read_jsonl, tiny_overrides

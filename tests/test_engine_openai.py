@@ -20,7 +20,7 @@ httpx = pytest.importorskip("httpx")
 from rlyard.config import ConfigError  # noqa: E402
 from rlyard.engines import HFEngine  # noqa: E402
 from rlyard.models import load_model  # noqa: E402
-from rlyard.orchestrate import sync, sync_loop  # noqa: E402
+from rlyard.orchestrate import entry, sync_loop  # noqa: E402
 from rlyard.orchestrate.setup import build, stop_tokens  # noqa: E402
 from rlyard.serve import RlyardServer, serve  # noqa: E402
 
@@ -76,7 +76,7 @@ def trained(server, tiny_model_dir, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(sync_loop, "sample_batch", recording)
     try:
-        result = sync.train(config, run_dir)
+        result = entry.train(config, run_dir)
     finally:
         mp.undo()
     return config, run_dir, result, batches
@@ -132,7 +132,7 @@ def test_async_mode_samples_from_the_server_too(server, tiny_model_dir, tmp_path
     config = make_config(tiny_model_dir, tmp_path, "rollout.engine=openai", f"rollout.base_url={url}", "train.steps=2",
                          "model.lora.rank=4", "model.lora.alpha=8", "orchestrate.mode=async", "orchestrate.workers=2")
     calls = len(engine.calls)
-    assert sync.train(config, tmp_path).steps == 2
+    assert entry.train(config, tmp_path).steps == 2
     assert len(engine.calls) > calls
     rows = [row for row in read_jsonl(tmp_path / "metrics.jsonl") if "reward/mean" in row]
     assert len(rows) == 2

@@ -14,7 +14,7 @@ import pytest
 
 from rlyard.config import load_config
 from rlyard.orchestrate.rollout import checked, verdict_problem
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.testing import faults
 from rlyard.testing.tiny import save_tiny_llama
 from rlyard.types import Reward, Trajectory

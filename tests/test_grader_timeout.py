@@ -12,7 +12,7 @@ import pytest
 
 from rlyard.config import load_config
 from rlyard.environment.deadline import GraderTimeout, within
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.testing import faults
 from rlyard.testing.tiny import save_tiny_llama
 

@@ -23,7 +23,7 @@ from rlyard.config import load_config
 from rlyard.engines import HFEngine
 from rlyard.engines.quant import Int8Projection
 from rlyard.orchestrate.rollout import render_prompt
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.orchestrate.workers import SharedEngine
 from rlyard.types import SamplingParams
 

@@ -39,7 +39,7 @@ def overrides(model_dir: Path, run_dir: Path, *more: str) -> list[str]:
 # It never runs a torch op itself, so forking it is safe.
 ZYGOTE = r"""
 import json, os, sys, time
-import rlyard.cli, rlyard.orchestrate.sync, rlyard.orchestrate.sync_loop, rlyard.orchestrate.async_loop, transformers
+import rlyard.cli, rlyard.orchestrate.entry, rlyard.orchestrate.sync_loop, rlyard.orchestrate.async_loop, transformers
 from transformers import LlamaForCausalLM
 print("ready", flush=True)
 for line in sys.stdin:

@@ -10,7 +10,7 @@ import torch
 
 from rlyard.config import AlgoConfig, load_config
 from rlyard.observe import read_metrics
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.sft.train import lr_at as sft_lr_at
 from rlyard.train import Learner
 from rlyard.train.schedule import lr_at

@@ -109,7 +109,7 @@ def test_an_sft_run_logs_to_mlflow_and_a_stopped_one_ends_killed(tmp_path, tiny_
 
 
 def test_an_rl_run_logs_to_mlflow(tmp_path, tiny_model_dir):
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     run_dir = tmp_path / "runs" / "rl"
     train(load_config(None, [f"model.name={tiny_model_dir}", "env.name=toy", "env.train_size=4", "rollout.prompts_per_step=1",

@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 
 from rlyard.config import ConfigError, load_config, load_run_config  # noqa: E402
 from rlyard.envs import get_family  # noqa: E402
-from rlyard.orchestrate.sync import train  # noqa: E402
+from rlyard.orchestrate.entry import train  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 DATA = Path(__file__).parent / "data"

@@ -17,7 +17,7 @@ pytest.importorskip("vllm")
 ray = pytest.importorskip("ray")
 
 from rlyard.config import load_config  # noqa: E402
-from rlyard.orchestrate.sync import train  # noqa: E402
+from rlyard.orchestrate.entry import train  # noqa: E402
 
 pytestmark = pytest.mark.timeout(900)
 DATA = Path(__file__).parent / "data"

@@ -284,7 +284,7 @@ def test_cli_errors_are_one_line(demos, tiny_model_dir, tmp_path, capsys):
 def test_rl_starts_from_the_sft_weights_and_trains(demos, tiny_model_dir, tmp_path, lora):
     from rlyard.models import add_lora, load_model
     from rlyard.models.lora import load_trainable_state_dict
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     sft_dir = tmp_path / "sft"
     train_sft(load_config(None, [f"sft.data={demos}", *sft_overrides(tiny_model_dir, sft_dir, "sft.steps=2", "sft.lr=5e-2",

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from rlyard.config import build_config, load_config
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.orchestrate.targets import compute_advantages
 from rlyard.types import Trajectory
 

@@ -26,7 +26,7 @@ from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.setup import build
 from rlyard.orchestrate.sampling import sample_batch
-from rlyard.orchestrate.sync import train
+from rlyard.orchestrate.entry import train
 from rlyard.orchestrate.targets import compute_advantages
 from rlyard.train import Learner, load_checkpoint
 from rlyard.train.learner import TokenScores

@@ -4,7 +4,7 @@ prompts -> n rollouts per prompt -> verify -> advantages -> PPO epochs -> update
 The algorithm's extra steps plug in around it: DAPO's dynamic sampling and ReMax's greedy
 baseline in `sampling.sample_batch`, the learner's no-grad pass (TIS, KL in the reward, the
 critic's values) before `targets.compute_advantages`, which dispatches on `algo.advantage`.
-Runs start from `rlyard.orchestrate.sync.train`, which picks this loop, the async one or the Ray backend.
+Runs start from `rlyard.orchestrate.entry.train`, which picks this loop, the async one or the Ray backend.
 """
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def test_envs_validate_reports_a_broken_task(tmp_path, capsys):
 
 def test_a_short_training_run_on_code(tiny_model_dir, tmp_path):
     from rlyard.config import load_config
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     config = load_config("configs/code.yaml", [f"model.name={tiny_model_dir}", "train.steps=2", "eval.size=2", "rollout.n=2",
                                                "agent.max_tokens_per_turn=8", "agent.max_turns=2", "output.progress=false"])

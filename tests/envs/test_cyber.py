@@ -178,7 +178,7 @@ def test_the_oracle_of_a_builtin_target_scores_1_through_the_tools():
 def test_training_on_cyber_with_the_tiny_model(tiny_model_dir, tmp_path):
     """configs/cyber.yaml end to end (a random model: the episodes end without a PoC, graded 0, not infra)."""
     from rlyard.config import load_config
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     run_dir = tmp_path / "run"
     config = load_config("configs/cyber.yaml", [

@@ -72,7 +72,7 @@ def test_held_out_split_and_options():
 
 def test_a_short_training_run_on_the_multi_turn_family(tiny_model_dir, tmp_path):
     from rlyard.config import load_config
-    from rlyard.orchestrate.sync import train
+    from rlyard.orchestrate.entry import train
 
     config = load_config("configs/files.yaml", [f"model.name={tiny_model_dir}", "train.steps=2", "eval.size=2",
                                                 "rollout.max_new_tokens=8", "agent.max_tokens_per_turn=8", "output.progress=false"])

@@ -52,7 +52,8 @@ class GeneralEnv(ToolEnv):
                                      "set env.options.allow_weak_isolation=true to run anyway")
         self.format = p["tool_format"]
         names = TOOLS if self.format != "bash_block" else ("bash",)
-        self.toolbox = TaskToolBox(self.sandbox, names, p["tools"], database, int(p["tool_output_chars"]), timeout_s=30)
+        self.toolbox = TaskToolBox(self.sandbox, names, p["tools"], database, int(p["tool_output_chars"]), timeout_s=30,
+                                   commands=self.format == "bash_block")
         system = SYSTEM.format(answer=ANSWER) + "\n\n" + self.tool_prompt(self.toolbox.specs())
         listing = "\n".join(sorted(str(f.relative_to(workspace)) for f in workspace.rglob("*") if f.is_file())) or "(none)"
         tools = ", ".join(t["name"] for t in p["tools"])

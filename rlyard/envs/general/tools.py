@@ -7,6 +7,7 @@ workspace, and /tmp is a fresh tmpfs inside the sandbox), and opened read-only.
 """
 from __future__ import annotations
 
+import shlex
 import sqlite3
 import tempfile
 import threading
@@ -73,24 +74,66 @@ def run_query(database: Path, tool: dict, arguments: dict, max_chars: int) -> To
     return ToolOutput(text)
 
 
+def command_help(tool: dict) -> str:
+    """One task tool as a command line: `total_amount region=<region>: The total ...`."""
+    arguments = "".join(f" {name}=<{name}>" for name in sorted(tool.get("parameters") or {}))
+    return f"- {tool['name']}{arguments}: {tool['description']}"
+
+
+def command_call(task_tools: dict[str, dict], command: str) -> tuple[dict, dict] | str | None:
+    """A bash command that calls a task tool (bash_block's way: `get_order order_id=ORD-1042`):
+    (tool, arguments), an error sentence, or None when it names no task tool (a shell command)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not words or words[0] not in task_tools:
+        return None
+    tool, arguments = task_tools[words[0]], {}
+    for word in words[1:]:
+        name, sep, value = word.partition("=")
+        if not sep or not name:
+            return f"error: {tool['name']} takes name=value arguments, got {word!r}; e.g. {command_help(tool)[2:]}"
+        arguments[name] = value
+    return tool, arguments
+
+
 class TaskToolBox(ToolBox):
-    """The sandbox tools plus the task's SQL tools, behind the one ToolBox interface."""
+    """The sandbox tools plus the task's SQL tools, behind the one ToolBox interface.
+
+    With `commands` (the bash_block format, which calls bash alone) the task tools are commands
+    instead: a bash command whose first word names one runs its query (`name=value` arguments,
+    bound by SQLite as ever) and never reaches the shell; bash's description lists them."""
 
     def __init__(self, sandbox, names: tuple[str, ...], task_tools: list[dict], database: Path | None,
-                 max_chars: int = 4000, timeout_s: float = 20.0):
+                 max_chars: int = 4000, timeout_s: float = 20.0, commands: bool = False):
         super().__init__(sandbox, names, timeout_s)
         clash = [t["name"] for t in task_tools if t["name"] in names]
         if clash:
             raise ValueError(f"task tools {clash} clash with the built-in tools")
         self.task_tools = {t["name"]: t for t in task_tools}
-        self.database, self.max_chars = database, max_chars
+        self.database, self.max_chars, self.commands = database, max_chars, commands and bool(task_tools)
 
     def specs(self) -> list[dict]:
+        if self.commands:
+            specs = super().specs()
+            for spec in specs:
+                if spec["function"]["name"] == "bash":
+                    listed = "\n".join(command_help(t) for t in self.task_tools.values())
+                    spec["function"] = {**spec["function"], "description": spec["function"]["description"]
+                                        + "\nTask commands (run one as its own command, arguments as name=value):\n" + listed}
+            return specs
         return super().specs() + [tool_spec(t) for t in self.task_tools.values()]
 
     def call(self, name: str, arguments: dict) -> ToolOutput:
-        if name in self.task_tools:
+        if name in self.task_tools and not self.commands:
             return run_query(self.database, self.task_tools[name], arguments, self.max_chars)
+        if self.commands and name == "bash" and isinstance(arguments, dict) and isinstance(arguments.get("command"), str):
+            found = command_call(self.task_tools, arguments["command"])
+            if isinstance(found, str):
+                return ToolOutput(found, error=True)
+            if found is not None:
+                return run_query(self.database, found[0], found[1], self.max_chars)
         output = super().call(name, arguments)
         if len(output.content) > self.max_chars:
             output.content = output.content[:self.max_chars] + f"\n[output cut at {self.max_chars} characters]"

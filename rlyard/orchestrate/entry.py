@@ -1,5 +1,5 @@
-"""Where every run starts: `train` picks the loop (`orchestrate.mode`) and where its parts run
-(`orchestrate.backend`).
+"""Where every run starts, whatever its mode: `train` picks the loop (`orchestrate.mode`) and where
+its parts run (`orchestrate.backend`). `rlyard train` and the Python API both call it.
 
 sync (rlyard/orchestrate/sync_loop.py): sample a batch, score it, train on it, push weights.
 async (rlyard/orchestrate/async_loop.py): rollout threads fill a buffer while the learner trains.
