@@ -24,6 +24,12 @@ def reference_files(task: Task) -> dict[str, str]:
 
 
 def oracle(task: Task, rng: random.Random | None = None) -> list[str]:
+    """A generated task (it has verifier/plan.json) is answered through the tools (generated_oracle.py);
+    a written task by writing its reference files."""
+    if (Path(task.payload["dir"]) / "verifier" / "plan.json").is_file():
+        from rlyard.envs.general.generated_oracle import oracle as generated_oracle
+
+        return generated_oracle(task, rng or random.Random(task.id))
     calls = [{"name": "write_file", "arguments": {"path": path, "content": content}} for path, content in reference_files(task).items()]
     submit = {"name": "submit", "arguments": {"answer": "see answer.md"}}
     return ["".join(f"<tool_call>{json.dumps(call)}</tool_call>" for call in calls), f"<tool_call>{json.dumps(submit)}</tool_call>"]
@@ -37,4 +43,5 @@ def play_oracle(task: Task, rules_only: bool = True) -> Reward:
 
     from rlyard.envs.checks import play_replies
 
-    return play_replies(GeneralEnv(), replace(task, payload={**task.payload, "rules_only": rules_only}), oracle(task))
+    return play_replies(GeneralEnv(), replace(task, payload={**task.payload, "rules_only": rules_only}),
+                        oracle(task, random.Random(f"rlyard-validate|{task.id}")))

@@ -1,4 +1,5 @@
-"""General tasks: one folder each (built-in, or a folder of them given as `env.options.source`).
+"""General tasks: one folder each (built-in, a folder of them given as `env.options.source`, or
+`source: generated`: generate.py writes them, of the same shape, graded the same way).
 
     <task_id>/task.yaml              id, kind, statement, optional tools (parameterised SQL) and database
     <task_id>/workspace/             the files the agent starts with (CSV, JSON, Markdown)
@@ -31,8 +32,9 @@ JUDGE_DEFAULTS: dict[str, Any] = {
     "api": None,  # "chat" | "completions"; None: chat, or completions for the local judge (docs/general.md)
 }
 DEFAULTS: dict[str, Any] = {
-    "source": None,  # None = the built-in tasks; else a folder of task folders (docs/general.md)
-    "eval_percent": 20,  # share of tasks (stable hash of the id) in the eval split; 100 = all
+    "source": None,  # None = the built-in tasks; "generated" = generate.py's tasks; else a folder of task folders
+    "eval_percent": 20,  # share of tasks (stable hash of the id) in the eval split; 100 = all (generated: held-out pairs)
+    "generated": {},  # source: generated: storages, outputs, questions, rows (generate.GENERATED_DEFAULTS)
     "kind": None,  # keep only one kind
     "rules_only": False,  # grade the rule items alone (no judge at all)
     "judge": {},  # JUDGE_DEFAULTS overridden
@@ -95,6 +97,10 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     require_sealed(bool(opts["allow_weak_isolation"]), "the general family (its tasks hold rubrics and answer keys)")
     judge = {**JUDGE_DEFAULTS, **(opts["judge"] or {})}
     settings = {key: opts[key] for key in ("rules_only", "length_penalty", "tool_format", "tool_output_chars", "allow_weak_isolation")}
+    if opts["source"] == "generated":
+        from rlyard.envs.general.generate import make_generated
+
+        return make_generated(split, n, seed, {**opts, "judge": judge}, {**settings, "judge": judge})
     tasks = []
     for folder in task_dirs(opts["source"]):
         spec = load_task_file(folder)

@@ -1,0 +1,256 @@
+"""The oracle of generated general tasks: it answers through the episode's tools, varied by a seeded RNG.
+
+It reads the task's plan (verifier/plan.json: the schema's roles, the question's parameters, the
+answer) and writes the replies an analyst would send: look at the data (not always), compute the
+answer with a command that really computes it from the files (awk, python3, jq, sort, cut) or
+call the task's SQL tools (as tool calls, or as commands under bash_block), then answer: a reply
+with the answer line, `submit`, or answer.md / report.json written with a tool and a closing
+reply. Which command, which order and which words are drawn from `rng`; every command prints the
+answer (or the rows it is read from), and tests run them to check that it does.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from rlyard.agent.replies import bash_reply, hermes_reply, say, shell_quote
+from rlyard.types import Task
+
+LOOK = ["Let me look at the data first.", "First, the columns of {file}.", "I'll read {file}.", ""]
+COMPUTE = ["Now I compute the answer from {file}.", "I'll let a command do the arithmetic.", "Computing it:", ""]
+TOOL = ["I'll ask the task tool {tool}.", "The tool {tool} answers this.", "Querying {tool}.", ""]
+ANSWER = ["", "That gives the answer.", "Done.", "Here is the answer."]
+CLOSE = ["done", "Done: report.json written.", "I wrote report.json.", "done."]
+
+
+def plan_of(task: Task) -> dict | None:
+    path = Path(task.payload["dir"]) / "verifier" / "plan.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+class Replies:
+    """Writes each step as a reply in the task's format (hermes tool calls or one bash block)."""
+
+    def __init__(self, rng: random.Random, fmt: str):
+        self.rng, self.fmt, self.out = rng, fmt, []
+
+    def bash(self, thought: str, command: str) -> None:
+        self.out.append(bash_reply(thought, command) if self.fmt == "bash_block"
+                        else hermes_reply(thought, [("bash", {"command": command})]))
+
+    def tool(self, thought: str, name: str, arguments: dict, command: str | None = None) -> None:
+        """A built-in tool (read_file, grep, write_file) or a task tool; `command`: bash's way to do the same."""
+        if self.fmt == "bash_block":
+            self.out.append(bash_reply(thought, command or task_command(name, arguments)))
+        elif command is not None and self.rng.random() < 0.5:
+            self.bash(thought, command)
+        else:
+            self.out.append(hermes_reply(thought, [(name, arguments)]))
+
+    def final(self, text: str) -> None:
+        self.out.append(text)
+
+    def submit(self, thought: str, answer: str) -> None:
+        if self.fmt == "bash_block":
+            self.out.append(bash_reply(thought, f"submit {answer}"))
+        else:
+            self.out.append(hermes_reply(thought, [("submit", {"answer": answer})]))
+
+
+def task_command(name: str, arguments: dict) -> str:
+    """A task tool as bash_block calls it: `get_order order_id=ORD-1042`."""
+    return " ".join([name] + [f"{k}={shell_quote(str(v)) if ' ' in str(v) else v}" for k, v in arguments.items()])
+
+
+def awk_number(decimals: int) -> str:
+    return f'"%.{decimals}f\\n"'
+
+
+class Commands:
+    """Commands that compute a question's answer from the task's CSV or JSON file."""
+
+    def __init__(self, plan: dict, rng: random.Random):
+        self.p, self.rng = plan, rng
+        self.roles, self.columns = plan["roles"], plan["columns"]
+        self.file = f"{plan['table']}.{plan['storage']}"
+        self.d = plan["decimals"]
+
+    def col(self, role: str) -> int:
+        return self.columns.index(self.roles[role]) + 1
+
+    def python(self, body: str) -> str:
+        """A python3 -c program over the rows (dicts; CSV values are text, so numbers go through float)."""
+        if self.p["storage"] == "csv":
+            load = f"import csv; rows = list(csv.DictReader(open('{self.file}')))"
+        else:
+            load = f"import json; rows = json.load(open('{self.file}'))"
+        return f'python3 -c "{load}; {body}"'
+
+    def amount(self) -> str:
+        return f"float(r['{self.roles['amount']}'])"
+
+    def where(self, role: str, value: str) -> str:
+        return f"r['{self.roles[role]}'] == '{value}'"
+
+    def pick(self, *options: str) -> str:
+        return self.rng.choice(options)
+
+    def csv_only(self) -> bool:
+        return self.p["storage"] == "csv"
+
+    def lookup(self, ident: str) -> str:
+        if self.csv_only():
+            return self.pick(f"grep {ident} {self.file}", f"awk -F, '${self.col('key')} == \"{ident}\"' {self.file}",
+                             self.python(f"print([r for r in rows if {self.where('key', ident)}])"))
+        return self.pick(f"jq '.[] | select(.{self.roles['key']} == \"{ident}\")' {self.file}",
+                         self.python(f"print([r for r in rows if {self.where('key', ident)}])"))
+
+    def count(self, group: str) -> str:
+        options = [self.python(f"print(sum(1 for r in rows if {self.where('group', group)}))")]
+        if self.csv_only():
+            options += [f"awk -F, '${self.col('group')} == \"{group}\"' {self.file} | wc -l",
+                        f"awk -F, '${self.col('group')} == \"{group}\" {{n++}} END {{print n}}' {self.file}"]
+        else:
+            options.append(f"jq '[.[] | select(.{self.roles['group']} == \"{group}\")] | length' {self.file}")
+        return self.pick(*options)
+
+    def total(self, role: str, value: str) -> str:
+        options = [self.python(f"print('%.{self.d}f' % sum({self.amount()} for r in rows if {self.where(role, value)}))")]
+        if self.csv_only():
+            options.append(f"awk -F, '${self.col(role)} == \"{value}\" {{s += ${self.col('amount')}}} "
+                           f"END {{printf {awk_number(self.d)}, s}}' {self.file}")
+        return self.pick(*options)
+
+    def top(self, k: int) -> str:
+        label, amount = self.roles["label"], self.roles["amount"]
+        options = [self.python(f"rows.sort(key=lambda r: -{self.amount()}); print([r['{label}'] for r in rows[:{k}]])")]
+        if self.csv_only():
+            a, c = self.col("amount"), self.col("label")
+            options += [f"tail -n +2 {self.file} | sort -t, -k{a},{a} -gr | head -n {k} | cut -d, -f{c}",
+                        f"tail -n +2 {self.file} | sort -t, -k{a},{a} -gr | head -n {k + 1}"]
+        else:
+            options.append(f"jq -r 'sort_by(-.{amount}) | .[:{k}] | .[].{label}' {self.file}")
+        return self.pick(*options)
+
+    def month(self) -> str:
+        options = [self.python("t = {}; [t.__setitem__(r['%s'][:7], t.get(r['%s'][:7], 0) + %s) for r in rows]; "
+                               "print(sorted(t.items(), key=lambda kv: -kv[1])[:3])"
+                               % (self.roles["date"], self.roles["date"], self.amount()))]
+        if self.csv_only():
+            options.append(f"awk -F, 'NR > 1 {{s[substr(${self.col('date')}, 1, 7)] += ${self.col('amount')}}} "
+                           f"END {{for (m in s) printf \"%s %.{self.d}f\\n\", m, s[m]}}' {self.file} | sort -k2,2 -gr | head -n 3")
+        return self.pick(*options)
+
+    def difference(self, first: str, second: str) -> str:
+        options = [self.python(f"a = sum({self.amount()} for r in rows if {self.where('group', first)}); "
+                               f"b = sum({self.amount()} for r in rows if {self.where('group', second)}); "
+                               f"print('%.{self.d}f' % (a - b))")]
+        if self.csv_only():
+            g, a = self.col("group"), self.col("amount")
+            options.append(f"awk -F, '${g} == \"{first}\" {{a += ${a}}} ${g} == \"{second}\" {{b += ${a}}} "
+                           f"END {{printf {awk_number(self.d)}, a - b}}' {self.file}")
+        return self.pick(*options)
+
+    def person(self, name: str) -> str:
+        ref_file = f"{self.p['ref_table']}.{self.p['storage']}"
+        if self.csv_only():
+            return self.pick(f"grep {shell_quote(name)} {ref_file}", f"awk -F, '$2 == \"{name}\"' {ref_file}")
+        return self.pick(f"grep -B1 -A1 {shell_quote(name)} {ref_file}", f"jq '.[] | select(.name == \"{name}\")' {ref_file}")
+
+
+def oracle(task: Task, rng: random.Random) -> list[str]:
+    """The replies that answer a generated task (plan.json) through the episode's tools."""
+    plan = plan_of(task)
+    if plan is None:
+        raise ValueError(f"general task {task.id} has no verifier/plan.json: not a generated task")
+    w = Replies(rng, task.metadata.get("tool_format") or task.payload.get("tool_format", "hermes"))
+    params, question = plan["params"], plan["question"]
+    if plan["notes"]:
+        w.tool(say(rng, ["The two groups are in notes.md.", "First the notes.", "notes.md names what to compare.", ""]),
+               "read_file", {"path": "notes.md"}, "cat notes.md")
+    if plan["storage"] == "sql":
+        ask_tools(w, rng, plan)
+    else:
+        compute(w, rng, plan)
+    answer(w, rng, plan)
+    return w.out
+
+
+def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
+    params, needed, roles = plan["params"], plan["needed"], plan["roles"]
+    first = needed[0]
+    thought = say(rng, TOOL, tool=first)
+    question = plan["question"]
+    if question == "lookup":
+        w.tool(thought, first, {roles["key"]: params["id"]})
+    elif question in ("count", "total"):
+        w.tool(thought, first, {roles["group"]: params["group"]})
+    elif question in ("top", "month"):
+        w.tool(thought, first, {})
+    elif question == "join":
+        w.tool(thought, first, {"name": params["person"]})
+        w.tool(say(rng, ["The id is {id}; now its total.", "Now {tool} with {id}.", ""], id=params["person_id"],
+                   tool=needed[1]), needed[1], {roles["ref"]: params["person_id"]})
+    elif question == "difference":
+        a, b = ({roles["group"]: params["first"]}, {roles["group"]: params["second"]})
+        if w.fmt == "bash_block" or rng.random() < 0.5:
+            w.tool(thought, first, a)
+            w.tool("", first, b)
+        else:
+            w.out.append(hermes_reply(thought, [(first, a), (first, b)]))
+        first_total, second_total = plan["totals"]
+        d = plan["decimals"]
+        w.bash(say(rng, ["Now the difference.", "Subtracting the second total from the first:", ""]),
+               rng.choice([f"python3 -c 'print(\"%.{d}f\" % ({first_total} - {second_total}))'",
+                           f"awk 'BEGIN {{printf {awk_number(d)}, {first_total} - {second_total}}}'"]))
+
+
+def compute(w: Replies, rng: random.Random, plan: dict) -> None:
+    c, params, question = Commands(plan, rng), plan["params"], plan["question"]
+    if rng.random() < (0.8 if plan["storage"] == "csv" else 0.5):
+        command = rng.choice([f"head -n 3 {c.file}", f"cat {c.file}", f"head -n 5 {c.file}"])
+        w.tool(say(rng, LOOK, file=c.file), "read_file", {"path": c.file}, command)
+    thought = say(rng, COMPUTE, file=c.file)
+    if question == "lookup":
+        w.bash(thought, c.lookup(params["id"]))
+    elif question == "count":
+        w.bash(thought, c.count(params["group"]))
+    elif question == "total":
+        w.bash(thought, c.total("group", params["group"]))
+    elif question == "top":
+        w.bash(thought, c.top(params["k"]))
+    elif question == "month":
+        w.bash(thought, c.month())
+    elif question == "difference":
+        w.bash(thought, c.difference(params["first"], params["second"]))
+    elif question == "join":
+        w.bash(say(rng, ["First the id of {name}.", "Which id does {name} have?", ""], name=params["person"]),
+               c.person(params["person"]))
+        w.bash(say(rng, ["{name} is {id}. Now the total of {id}.", "Summing the rows of {id}:", ""], name=params["person"],
+                   id=params["person_id"]), c.total("ref", params["person_id"]))
+
+
+def answer(w: Replies, rng: random.Random, plan: dict) -> None:
+    line = f"{plan['line']}: {plan['answer']}"
+    if plan["output"] == "json":
+        text = json.dumps(plan["report"])
+        if w.fmt != "bash_block" and rng.random() < 0.5:
+            w.out.append(hermes_reply("", [("write_file", {"path": "report.json", "content": text + "\n"})]))
+        else:
+            w.bash(say(rng, ["Writing report.json.", ""]), rng.choice(
+                [f"echo {shell_quote(text)} > report.json", f"printf '%s\\n' {shell_quote(text)} > report.json"]))
+        w.final(say(rng, CLOSE))
+        return
+    route = rng.random()
+    if route < 0.5:
+        thought = say(rng, ANSWER)
+        w.final(f"{thought}\n{line}" if thought else line)
+    elif route < 0.75:
+        w.submit(say(rng, ANSWER), line)
+    else:
+        if w.fmt != "bash_block" and rng.random() < 0.5:
+            w.out.append(hermes_reply("", [("write_file", {"path": "answer.md", "content": line + "\n"})]))
+        else:
+            w.bash("", f"echo {shell_quote(line)} > answer.md")
+        w.final(say(rng, ["Done.", "done", "The answer is in answer.md."]))
