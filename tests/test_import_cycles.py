@@ -1,4 +1,5 @@
-"""No import circles in rlyard/: every module's imports (top-level or inside a function) form a DAG.
+"""No import circles in rlyard/: every module's imports (top-level or inside a function) form a DAG,
+and so do its packages (the folders and modules right under rlyard/: agent, config, envs, ...).
 
 A lazy import inside a function hides a circle from Python but not from a reader, so it counts.
 `from pkg import name` imports the module `pkg.name` when there is one, else `pkg` itself; like
@@ -107,3 +108,48 @@ def test_rlyard_has_no_import_circles():
     assert len(graph) > 50
     found = circles(graph)
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def package_of(module: str) -> str:
+    """The top-level part of rlyard a module belongs to: `rlyard.envs.code.env` -> `envs`, `rlyard.config` -> `config`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """{package: the packages it imports}, and for each edge the module imports that make it.
+
+    `rlyard/__init__.py` is left out: importing `rlyard.x` runs it, it imports nothing."""
+    packages: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], list[str]] = {}
+    for module, targets in graph.items():
+        if module == "rlyard":
+            continue
+        source = package_of(module)
+        packages.setdefault(source, set())
+        for target in targets:
+            if target == "rlyard" or package_of(target) == source:
+                continue
+            packages[source].add(package_of(target))
+            why.setdefault((source, package_of(target)), []).append(f"{module} -> {target}")
+    return packages, why
+
+
+def test_the_package_graph_collapses_modules_into_their_packages():
+    graph = {"rlyard": set(), "rlyard.a.x": {"rlyard.b", "rlyard.a.y"}, "rlyard.a.y": set(), "rlyard.b": {"rlyard.c.z"},
+             "rlyard.c.z": {"rlyard.a.y"}}
+    packages, why = package_graph(graph)
+    assert packages == {"a": {"b"}, "b": {"c"}, "c": {"a"}}
+    assert why[("c", "a")] == ["rlyard.c.z -> rlyard.a.y"]
+    assert circles(packages) == [["a", "b", "c"]]
+
+
+def test_rlyard_packages_form_a_dag():
+    """A lower layer never imports a higher one: the environment contract and the errors below the
+    agent, the agent below the families, the families below config and orchestration."""
+    packages, why = package_graph(import_graph(modules()))
+    assert {"agent", "config", "engines", "environment", "envs", "errors", "harness", "orchestrate", "serve"} <= set(packages)
+    found = circles(packages)
+    edges = [f"{a} -> {b} ({'; '.join(why[(a, b)])})" for circle in found for a in circle for b in sorted(packages[a])
+             if b in circle]
+    assert not found, "package circles: " + "; ".join(" <-> ".join(c) for c in found) + "\nthrough:\n" + "\n".join(edges)
