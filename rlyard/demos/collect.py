@@ -90,7 +90,8 @@ def play(family: Family, task: Task, replies: list[str]) -> tuple[list[dict], An
 
 
 def demonstrate(family: Family, task: Task, rng: random.Random) -> tuple[str, Any]:
-    """One oracle episode: ("demo", (messages, turns, reward)), or ("failed" | "infra" | "unplayable", why)."""
+    """One oracle episode: ("demo", (messages, turns, reward)), or ("failed" | "infra" | "unplayable", why).
+    A demonstration reaches the family's `demo_min_reward` (1 unless its reward is a graded score)."""
     try:
         replies = family.oracle(task, rng)
     except Exception as e:  # an oracle with no route for this task (an arm it cannot play ...)
@@ -103,8 +104,9 @@ def demonstrate(family: Family, task: Task, rng: random.Random) -> tuple[str, An
         return "infra", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=2)}"
     if reward.infra_error:
         return "infra", str(reward.info.get("error", "the grader reported an infrastructure failure"))
-    if reward.value != 1.0:
-        return "failed", f"reward {reward.value}: {reward.info.get('error') or reward.components}"
+    if reward.value < family.demo_min_reward:
+        return "failed", (f"reward {reward.value} < {family.demo_min_reward}: "
+                          f"{reward.info.get('error') or reward.components}")
     return "demo", (messages, len(replies), reward.value)
 
 

@@ -78,6 +78,9 @@ class Family:
     validate: Callable[..., list] | None = None  # (options, task_ids, jobs, progress) -> checks with .ok (`rlyard envs validate`)
     # (task, rng: random.Random) -> the reply texts that solve it through make_env()'s env (`rlyard collect`)
     oracle: Callable[..., list[str]] | None = None
+    # the reward an oracle episode must reach to be kept as a demonstration: 1 where the oracle solves the task
+    # outright; lower for a family whose reward is a graded score that no answer reaches (music: quality x novelty)
+    demo_min_reward: float = 1.0
     # (tasks, reply texts, sampled ids) -> one Reward per sample: grades a rollout's single-turn samples in
     # one call instead of env.score() per sample (`env.reward`'s Python functions, rlyard.rewards.with_rewards)
     score_batch: Callable[[list[Task], list[str], list[list[int]]], list[Reward]] | None = None
