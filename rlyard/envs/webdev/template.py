@@ -5,13 +5,14 @@ A spec is plain data: a title, the nav's links, the middle sections in page orde
 background and the alignment. The reference page is `page(spec)`; the oracle writes
 `page(spec, variant(rng))`, the same page in other markup: other class names for the
 containers no check names, CSS rules and declarations in another order, colours in another
-notation, `div` or `article` cards, the CSS inline or in style.css. Every variant renders to the
-same pixels as the reference (flex containers ignore the whitespace between their children, and
-every size that a tag could change, the h1's in a `section`, is set explicitly), so it scores
-the reference's 1.0, `visual` included, through the same grader as every page.
+notation, `div` or `article` cards, `strong` or `b` for the title, indentation, the CSS inline or
+in style.css. Every variant renders to the same pixels as the reference (flex and grid
+containers ignore the whitespace between their children; no rule's property is set twice for
+one element, so rule order is free), so it scores the reference's 1.0, `visual` included,
+through the same grader as every page.
 
-The page stays short: one file of about 1,200 characters (a few hundred tokens), so a small
-model can write it in one reply.
+The page stays short (about 900 characters, 300-450 tokens of SmolLM2's tokenizer), so a small
+model can write it in one reply: 3-digit colours, one rule for the themed blocks.
 """
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 SECTIONS = ("hero", "cards", "list", "form")
-THEMES = {  # name -> (header, footer and button background, their text colour); all pass WCAG AA
-    "navy": ("#1e3a8a", "#ffffff"), "forest": ("#14532d", "#ffffff"), "wine": ("#7f1d1d", "#ffffff"),
-    "plum": ("#4c1d95", "#ffffff"), "slate": ("#1f2937", "#ffffff"), "teal": ("#134e4a", "#ffffff"),
-    "sand": ("#fde68a", "#1f2937"), "mint": ("#bbf7d0", "#14532d"), "sky": ("#bae6fd", "#0c4a6e"),
+THEMES = {  # name -> (header, footer and button background, their text colour); all pass WCAG AA (7.7-12.9)
+    "navy": ("#138", "#fff"), "forest": ("#152", "#fff"), "wine": ("#711", "#fff"), "plum": ("#419", "#fff"),
+    "slate": ("#234", "#fff"), "teal": ("#144", "#fff"), "sand": ("#fd8", "#123"), "mint": ("#bfc", "#153"),
+    "sky": ("#bdf", "#035"),
 }
-PAGES = ("#ffffff", "#f8fafc", "#fff7ed", "#f0fdf4")  # page backgrounds
-TEXT = "#222222"
-BORDER = "#cccccc"
+PAGES = ("#fff", "#eee", "#ffe", "#efe", "#eef", "#fef")  # page backgrounds (#222 text on them: 13.7-15.9)
+TEXT = "#222"
+BORDER = "#ccc"
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,16 @@ class Variant:
     """How the oracle writes a page; `Variant()` is the reference's own markup."""
 
     cards_class: str = "cards"  # the cards' container (no check names it; `.card` itself is fixed)
-    hero_tag: str = "section"
     card_tag: str = "div"
     brand_tag: str = "strong"
     rule_order: tuple[int, ...] = ()  # a permutation of the CSS rules (empty: as written)
     shuffle_seed: int = -1  # the declarations' order inside each rule (-1: as written)
-    colour: str = "hex"  # hex | HEX | short | rgb
+    colour: str = "hex"  # hex (#fd8) | HEX (#FD8) | long (#ffdd88)
     css_file: bool = False  # the CSS in dist/style.css, linked, instead of a <style> block
-    indent: str = "  "  # indentation of the markup ("" : none)
+    indent: str = ""  # indentation of the markup ("": none)
     copyright: str = "\u00a9"  # or the entity &copy;
     doctype: str = "<!doctype html>"
-    input_type: bool = True  # type="text" written out, or left to its default
+    input_type: bool = False  # type="text" written out, or left to its default
 
 
 CARDS_CLASSES = ("cards", "grid", "tiles", "row", "features", "boxes", "items")
@@ -53,40 +53,36 @@ CARDS_CLASSES = ("cards", "grid", "tiles", "row", "features", "boxes", "items")
 
 def variant(rng: random.Random) -> Variant:
     """A markup of the same page, drawn from `rng`."""
-    return Variant(cards_class=rng.choice(CARDS_CLASSES), hero_tag=rng.choice(("section", "div")),
-                   card_tag=rng.choice(("div", "article")), brand_tag=rng.choice(("strong", "b")),
+    return Variant(cards_class=rng.choice(CARDS_CLASSES), card_tag=rng.choice(("div", "article")), brand_tag=rng.choice(("strong", "b")),
                    rule_order=tuple(rng.sample(range(len(RULES)), len(RULES))), shuffle_seed=rng.randrange(1 << 30),
-                   colour=rng.choice(("hex", "HEX", "short", "rgb")), css_file=rng.random() < 0.2,
-                   indent=rng.choice(("  ", "", "    ")), copyright=rng.choice(("\u00a9", "&copy;")),
-                   doctype=rng.choice(("<!doctype html>", "<!DOCTYPE html>")), input_type=rng.random() < 0.5)
+                   colour=rng.choice(("hex", "hex", "HEX", "long")), css_file=rng.random() < 0.2,
+                   indent=rng.choice(("", "", "  ")), copyright=rng.choice(("\u00a9", "&copy;")),
+                   doctype=rng.choice(("<!doctype html>", "<!DOCTYPE html>")), input_type=rng.random() < 0.3)
 
 
 def colour(value: str, notation: str) -> str:
-    """A #rrggbb colour in another notation (the same colour)."""
+    """A #rgb colour in another notation (the same colour): as written, upper case, or #rrggbb."""
     if notation == "HEX":
         return value.upper()
-    if notation == "short" and all(value[i] == value[i + 1] for i in (1, 3, 5)):
-        return "#" + value[1] + value[3] + value[5]
-    if notation == "rgb":
-        return f"rgb({int(value[1:3], 16)}, {int(value[3:5], 16)}, {int(value[5:7], 16)})"
+    if notation == "long":
+        return "#" + "".join(c * 2 for c in value[1:])
     return value
 
 
-# (selector, declarations): "{cards}" is the cards' container class; {bg}/{fg}/{page}/{align}/{justify} the spec's
+# (selector, declarations): {cards} is the cards' container class; {bg} {fg} {page} {align} {justify} come from the spec
 RULES = (
     ("body", "margin:0;font-family:sans-serif;background:{page};color:{text};text-align:{align}"),
-    ("header", "display:flex;justify-content:space-between;align-items:center;padding:16px 32px;background:{bg};color:{fg}"),
-    ("header {brand}", "font-size:20px;font-weight:bold"),
+    ("header,footer,button", "background:{bg};color:{fg}"),
+    ("header,footer", "padding:16px 32px"),
+    ("header", "display:flex;justify-content:space-between"),
     ("nav", "display:flex;gap:16px"),
-    ("nav a", "color:{fg}"),
+    ("a", "color:inherit"),
     ("main>*", "padding:24px 32px"),
-    ("h1", "font-size:32px;margin:0 0 16px"),
     (".{cards}", "display:flex;gap:16px;justify-content:{justify}"),
-    (".card", "padding:16px;width:200px;border:1px solid {border};border-radius:8px"),
-    ("ul", "list-style-position:inside;padding:0;margin:0"),
-    ("form", "display:flex;flex-direction:column;gap:8px;align-items:{justify}"),
-    ("button", "padding:10px 20px;border:0;border-radius:6px;font-size:16px;background:{bg};color:{fg}"),
-    ("footer", "padding:16px 32px;background:{bg};color:{fg}"),
+    (".card", "padding:16px;width:200px;border:1px solid {border}"),
+    ("ul", "list-style:inside;padding:0"),
+    ("form", "display:grid;gap:8px;justify-items:{items}"),
+    ("button", "padding:10px 20px;border:0"),
 )
 
 
@@ -94,7 +90,8 @@ def css(spec: dict[str, Any], v: Variant) -> str:
     bg, fg = THEMES[spec["theme"]]
     values = {"page": colour(spec["page"], v.colour), "text": colour(TEXT, v.colour), "bg": colour(bg, v.colour),
               "fg": colour(fg, v.colour), "border": colour(BORDER, v.colour), "align": spec["align"],
-              "justify": "center" if spec["align"] == "center" else "flex-start"}
+              "justify": "center" if spec["align"] == "center" else "flex-start",
+              "items": "center" if spec["align"] == "center" else "start"}
     shuffle = random.Random(v.shuffle_seed) if v.shuffle_seed >= 0 else None
     lines = []
     for k in (v.rule_order or range(len(RULES))):
@@ -102,19 +99,15 @@ def css(spec: dict[str, Any], v: Variant) -> str:
         parts = declarations.format(**values).split(";")
         if shuffle is not None:
             shuffle.shuffle(parts)
-        lines.append(selector.format(cards=v.cards_class, brand=v.brand_tag) + "{" + ";".join(parts) + "}")
+        lines.append(selector.format(cards=v.cards_class) + "{" + ";".join(parts) + "}")
     return "\n".join(lines) + "\n"
-
-
-def field_id(name: str) -> str:
-    return name.lower().replace(" ", "-")
 
 
 def section_markup(spec: dict[str, Any], name: str, v: Variant) -> list[str]:
     """The lines of one middle section (without indentation)."""
     if name == "hero":
         hero = spec["hero"]
-        return [f"<{v.hero_tag}>", f"<h1>{hero['heading']}</h1>", f"<button>{hero['button']}</button>", f"</{v.hero_tag}>"]
+        return ["<section>", f"<h1>{hero['heading']}</h1>", f"<button>{hero['button']}</button>", "</section>"]
     if name == "cards":
         return [f'<section class="{v.cards_class}">',
                 *(f'<{v.card_tag} class="card">{text}</{v.card_tag}>' for text in spec["cards"]), "</section>"]
@@ -125,7 +118,7 @@ def section_markup(spec: dict[str, Any], name: str, v: Variant) -> list[str]:
     for label in form["fields"]:
         kind = "email" if label == "Email" else "text"
         typed = f' type="{kind}"' if kind != "text" or v.input_type else ""
-        fields.append(f'<label>{label} <input{typed} name="{field_id(label)}"></label>')
+        fields.append(f"<label>{label} <input{typed}></label>")
     return ["<section>", "<form>", *fields, f"<button>{form['button']}</button>", "</form>", "</section>"]
 
 
@@ -143,7 +136,7 @@ def page(spec: dict[str, Any], v: Variant | None = None) -> dict[str, str]:
         body += [(1, lines[0]), *((2, line) for line in lines[1:-1]), (1, lines[-1])]
     footer = spec["footer"].replace("\u00a9", v.copyright)
     body += [(0, "</main>"), (0, f"<footer>{footer}</footer>")]
-    html = [v.doctype, '<html lang="en">', "<head>", *head, "</head>", "<body>",
+    html = [v.doctype, "<html>", "<head>", *head, "</head>", "<body>",
             *(v.indent * depth + line for depth, line in body), "</body>", "</html>"]
     files = {"index.html": "\n".join(html) + "\n"}
     if v.css_file:

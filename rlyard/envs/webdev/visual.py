@@ -27,6 +27,7 @@ MIN_SIDE = 7  # SSIM's window; smaller images cannot be compared
 SHADE_DELTA = 0.04  # a reduced pixel this far from the dominant shade shows something
 MIN_DRAWN_SHARE = 0.001  # a screenshot with less than this share of such pixels shows nothing (a lone "Hello" h1: 0.17%)
 VISUAL_FLOOR = 0.2  # below this visual score the fit is capped at visual / VISUAL_FLOOR
+SAME_TOLERANCE = 1e-9  # an SSIM this close to 1 is an identical image's, up to float rounding
 
 
 def gray(png: bytes) -> np.ndarray:
@@ -61,7 +62,10 @@ def ssim(candidate: np.ndarray, reference: np.ndarray) -> float:
 
     if min(reference.shape) < MIN_SIDE:
         raise ValueError(f"reference image {reference.shape} is smaller than SSIM's {MIN_SIDE} px window")
-    return float(structural_similarity(fit_to(candidate, reference.shape), reference, data_range=1.0))
+    value = float(structural_similarity(fit_to(candidate, reference.shape), reference, data_range=1.0))
+    # an identical image comes out 1 - 1e-13 or so in floats; it is 1 (a reference page then scores
+    # exactly 1.0, which `rlyard collect` requires of a demonstration)
+    return 1.0 if value > 1.0 - SAME_TOLERANCE else value
 
 
 def rescaled(raw: float, blank: float) -> float:
