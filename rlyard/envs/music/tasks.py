@@ -1,7 +1,9 @@
 """Music prompts: the built-in set or a file of yours, each row an id and its constraints.
 
 The prompt text is written from the constraints (`constraints.describe`), so what is asked and
-what is graded can never drift apart. A row's split is a stable hash of its id. abc2midi is
+what is graded can never drift apart. A row's split is a stable hash of its id. `source:
+generated` draws rows from `generate.py` instead (held out by key x meter pair), the same shape,
+graded by the same `verify`. abc2midi is
 looked up here, so a machine without it fails when the run starts, naming the package.
 """
 from __future__ import annotations
@@ -15,13 +17,14 @@ import yaml
 from rlyard.envs.music.abc import TIMEOUT_S, require_abc2midi
 from rlyard.envs.music.constraints import describe, validate_constraints
 from rlyard.envs.music.corpus import BUILTIN
+from rlyard.envs.music.generate import generated_rows
 from rlyard.envs.splits import merge_options, split_of
 from rlyard.types import Task
 
 PROMPTS_PATH = BUILTIN / "prompts.jsonl"
 DEFAULTS: dict[str, Any] = {
-    "source": None,  # None = the built-in prompts; else a .jsonl / .json / .yaml file of rows (docs/music.md)
-    "eval_percent": 10,  # share of prompts (stable hash of the id) in the eval split; 100 = all
+    "source": None,  # None = the built-in prompts; "generated" = generate.py's; else a .jsonl / .json / .yaml file of rows
+    "eval_percent": 10,  # share of prompts (stable hash of the id; generated: of the key x meter pairs) in eval; 100 = all
     "constraint_weight": 0.5,  # reward = quality * (1 - w + w * share of constraints met)
     "timeout_s": TIMEOUT_S,  # abc2midi's wall-clock limit; a tune that runs past it scores 0
     "system_prompt": None,  # None: no system message
@@ -79,10 +82,14 @@ def make_tasks(split: str, n: int, seed: int, **options: Any) -> list[Task]:
     if float(opts["timeout_s"]) <= 0:
         raise ValueError(f"music option timeout_s must be > 0, got {opts['timeout_s']}")
     require_abc2midi()
-    rows = [r for r in load_rows(opts["source"]) if split_of("music", r["id"], int(opts["eval_percent"])) == split]
+    if opts["source"] == "generated":
+        rows = generated_rows(split, n, seed, int(opts["eval_percent"]))
+    else:
+        rows = [r for r in load_rows(opts["source"]) if split_of("music", r["id"], int(opts["eval_percent"])) == split]
     system = [] if opts["system_prompt"] is None else [{"role": "system", "content": str(opts["system_prompt"])}]
     return [Task(id=r["id"], prompt=[*system, {"role": "user", "content": prompt_text(r)}], env="music",
                  payload={"constraints": r["constraints"], "constraint_weight": float(opts["constraint_weight"]),
                           "timeout_s": float(opts["timeout_s"])},
-                 metadata={"split": split, "constraints": sorted(r["constraints"])})
+                 metadata={"split": split, "constraints": sorted(r["constraints"]),
+                           **({"combination": r["combination"]} if "combination" in r else {})})
             for r in rows[:n]]

@@ -11,15 +11,22 @@ broken scores 0. The bands
 are checked over the sample (`corpus-bands`), since a 5-95 band leaves some tunes outside by
 design: the mean share of features in band must reach `SAMPLE_INSIDE_MIN`, and at most
 `OUTLIERS_MAX` of the tunes may have fewer than `CORPUS_INSIDE_MIN` of theirs in band.
+
+Generated prompts (`source: generated`) have no stored reference: the oracle composes one
+(`oracle.compose`, seeded by the task id), which is no corpus tune, so it must meet every
+constraint and score at least `REFERENCE_MIN` *after* novelty, and broken score 0.
 """
 from __future__ import annotations
 
+import math
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from rlyard.envs.checks import check_tasks
 from rlyard.envs.music.corpus import SAMPLE_PATH, split_tunes
+from rlyard.envs.music.oracle import compose
 from rlyard.envs.music.tasks import DEFAULTS, load_rows, make_tasks
 from rlyard.envs.music.verify import grade
 from rlyard.types import Task
@@ -28,6 +35,7 @@ REFERENCE_MIN = 0.6
 CORPUS_INSIDE_MIN = 0.6
 SAMPLE_INSIDE_MIN = 0.85
 OUTLIERS_MAX = 0.1
+GENERATED_N = 300  # generated prompts validated when no n is given (the set is unbounded)
 
 
 @dataclass
@@ -77,6 +85,29 @@ def check_prompt(task: Task, reference: str | None) -> Check:
     return Check(task.id, bad.value, round(fixed, 4), "\n".join(errors), time.perf_counter() - started)
 
 
+def check_composed(task: Task) -> Check:
+    """A generated prompt: the oracle's tune meets every constraint and scores in band, broken it scores 0."""
+    started, constraints = time.perf_counter(), task.payload["constraints"]
+    try:
+        tune = compose(constraints, random.Random(task.id))
+    except ValueError as error:
+        return Check(task.id, None, None, f"the oracle cannot compose for it: {error}", time.perf_counter() - started)
+    good, bad = grade(f"```abc\n{tune}\n```", constraints), grade(broken(tune), constraints)
+    errors = []
+    if good.infra_error or bad.infra_error:
+        errors.append(f"grader: {good.info.get('error') or bad.info.get('error')}")
+    elif good.info.get("reject"):
+        errors.append(f"the oracle's tune is rejected: {good.info['reject']}: {good.info['detail']}\n{tune}")
+    else:
+        if good.info["unmet"]:
+            errors.append(f"the oracle's tune misses constraints: {good.info['unmet']}\n{tune}")
+        if good.value < REFERENCE_MIN:
+            errors.append(f"the oracle's tune scores {good.value:.3f} < {REFERENCE_MIN}: {good.components}\n{tune}")
+    if bad.value != 0.0:
+        errors.append(f"the broken tune scores {bad.value:.3f}, expected 0")
+    return Check(task.id, bad.value, round(good.value, 4), "\n".join(errors), time.perf_counter() - started)
+
+
 def check_corpus_tune(task: Task) -> Check:
     started, tune = time.perf_counter(), task.payload["tune"]
     good, bad = grade(tune, {}), grade(broken(tune), {})
@@ -97,11 +128,17 @@ def corpus_tasks() -> list[Task]:
 
 
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
-             progress: Callable[[Check], None] | None = None) -> list[Check]:
-    """Every prompt of both splits and every corpus sample tune (or only `task_ids`), `jobs` at a time."""
+             progress: Callable[[Check], None] | None = None, n: int | None = None) -> list[Check]:
+    """Every prompt of both splits and every corpus sample tune (or only `task_ids`), `jobs` at a time;
+    `n`: only the first n prompts. Generated prompts: the first n (default `GENERATED_N`), half of
+    them eval and half train, each checked with the oracle's tune."""
+    if (options or {}).get("source") == "generated":
+        size = GENERATED_N if n is None else n
+        tasks = (make_tasks("eval", math.ceil(size / 2), 0, **options) + make_tasks("train", size // 2, 0, **options))
+        return check_tasks(tasks, task_ids, check_composed, jobs, progress)
     options = {**(options or {}), "eval_percent": 100}
     references = {row["id"]: row.get("reference") for row in load_rows({**DEFAULTS, **options}["source"])}
-    tasks = make_tasks("eval", 10**9, 0, **options) + corpus_tasks()
+    tasks = make_tasks("eval", 10**9 if n is None else n, 0, **options) + corpus_tasks()
 
     def check(task: Task) -> Check:
         if task.id.startswith("corpus-") and "tune" in task.payload:
