@@ -76,7 +76,8 @@ def make_tasks(split, n, seed, **options):
     return [Task(id=f"{split}-{k}", prompt=[{"role": "user", "content": f"Task {k}."}], env="segments") for k in range(n)]
 
 
-FAMILY = Family(name="segments", make_tasks=make_tasks, make_env=HarnessEnv, verify=None, multi_turn=True)
+FAMILY = Family(name="segments", make_tasks=make_tasks, make_env=HarnessEnv, verify=None, multi_turn=True,
+                play=play_episodes)  # its arm is a harness: played by the harness runner, as code's are
 
 
 @pytest.fixture(scope="module")
