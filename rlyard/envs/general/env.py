@@ -28,8 +28,8 @@ LIMITS = Limits(wall_s=20, cpu_s=20, memory_bytes=1 << 30, output_bytes=64 << 10
 ANSWER = "answer.md"
 PROSE_KINDS = ("summarise",)  # kinds whose rule items pay only for an answer at all (rubric.py; a rubric's `prose` wins)
 SYSTEM = """You are a careful analyst working in a folder of files (your current directory). Use the \
-tools to read the files and query the task's tools. Write your final answer to {answer} with \
-write_file (or reply with the answer without a tool call), then stop."""
+tools to read the files and query the task's tools. Write your final answer to {answer}{how} \
+(or reply with the answer without a tool call), then stop."""
 
 
 class GeneralEnv(ToolEnv):
@@ -54,7 +54,8 @@ class GeneralEnv(ToolEnv):
         names = TOOLS if self.format != "bash_block" else ("bash",)
         self.toolbox = TaskToolBox(self.sandbox, names, p["tools"], database, int(p["tool_output_chars"]), timeout_s=30,
                                    commands=self.format == "bash_block")
-        system = SYSTEM.format(answer=ANSWER) + "\n\n" + self.tool_prompt(self.toolbox.specs())
+        how = " with write_file" if "write_file" in names else ""  # bash_block has bash alone
+        system = SYSTEM.format(answer=ANSWER, how=how) + "\n\n" + self.tool_prompt(self.toolbox.specs())
         listing = "\n".join(sorted(str(f.relative_to(workspace)) for f in workspace.rglob("*") if f.is_file())) or "(none)"
         tools = ", ".join(t["name"] for t in p["tools"])
         user = f"{task.prompt[-1]['content']}\n\nFiles:\n{listing}" + (f"\n\nTask tools: {tools}" if tools else "")

@@ -1,5 +1,6 @@
 """The reference answer as an agent would send it: its files written with write_file, answer.md
-last, then submit. `rlyard collect general` and validate use it."""
+last, then submit; a generated task (verifier/plan.json) is answered through the tools instead
+(generated_oracle.py). `rlyard collect general` and validate use it."""
 from __future__ import annotations
 
 import json
