@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -111,18 +112,20 @@ def canonical(constraints: dict[str, dict[str, Any]]) -> str:
 
 def phrase(constraints: dict[str, dict[str, Any]], rng: random.Random) -> str:
     """The prompt in one of several wordings: a list of lines or one sentence, the lines in a drawn order."""
-    parts = []
+    as_list, parts = rng.random() < 0.6, []
     for kind, spec in constraints.items():
         if kind == "key":
             spec = {**spec, "field": f"{spec['tonic']}{MODE_FIELDS[spec['mode']]}"}
         options = PHRASES[f"voices{spec['voices']}"] if kind == "voices" else PHRASES[kind]
+        if not as_list:  # a sentence takes no "label: value" lines
+            options = tuple(o for o in options if not re.match(r"\w+: ", o))
         parts.append(rng.choice(options).format(**spec))
     first = [p for p, kind in zip(parts, constraints) if kind == "key"]
     rest = [p for p, kind in zip(parts, constraints) if kind != "key"]
     rng.shuffle(rest)
     parts = first + rest if rng.random() < 0.7 else rest + first
     intro, outro = rng.choice(INTROS), rng.choice(OUTROS)
-    if rng.random() < 0.6:
+    if as_list:
         return intro + "\n" + "\n".join(f"- {p}" for p in parts) + "\n" + outro
     return f"{intro} It should be {'; '.join(parts)}. {outro}"
 
