@@ -72,7 +72,8 @@ class CodeEnv(ToolEnv):
         if not self.sandbox.sealed and not p.get("allow_weak_isolation"):
             raise SandboxUnavailable(f"code episodes need bubblewrap (this sandbox is {self.sandbox.isolation}, which "
                                      "would let the policy read hidden tests); set env.options.allow_weak_isolation=true to run anyway")
-        self.toolbox = ToolBox(self.sandbox, tuple(p["arms"][self.arm]), timeout_s=60)
+        tools = [t for t in p["arms"][self.arm] if t != "submit" or self.format != "bash_block"]  # bash_block submits by command
+        self.toolbox = ToolBox(self.sandbox, tuple(tools), timeout_s=60)
         new_files = [path for path, text in p["graded_files"].items() if text is not None and path in p["hidden_paths"]
                      and not (self.workspace / path).exists()]
         self.guard = Guard(new_files) if p["guard"] else None

@@ -9,7 +9,8 @@ search for the enclosing function, a read of the region), whether it checks its 
 (`git diff`, `py_compile`, a re-read), and how the edits are grouped into replies. Nothing it
 runs prints anything that changes between runs (no test timings), so an episode replays to the
 same tool messages. The edit arm and the file-writing variants need the base files, which
-built-in tasks carry; for other sources only the bash arm's `git apply` is played.
+built-in tasks carry; for other sources only the bash arm's `git apply` is played. Generated
+tasks in the bash_block format get `gen_oracle.py`'s shorter plan (read, replace, submit).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import re
 
 from rlyard.agent.replies import bash_reply, hermes_reply, heredoc_delimiter, say, shell_quote
 from rlyard.envs.code.env import choose_arm
+from rlyard.envs.code.gen_oracle import oracle as generated_oracle
 from rlyard.envs.code.repo import apply_patch, touched_paths
 from rlyard.types import Task
 
@@ -99,6 +101,8 @@ def oracle(task: Task, rng: random.Random) -> list[str]:
     p = task.payload
     arm = choose_arm(p, str(task.metadata.get("round", "")), task.id)
     tools, fmt = set(p["arms"][arm]), p["tool_format"]
+    if "generated" in p and fmt == "bash_block" and "bash" in tools:  # the learnable plan (gen_oracle.py)
+        return generated_oracle(task, rng)
     if not {"bash", "write_file", "edit_file"} & tools or "submit" not in tools and "bash" not in tools:
         raise OracleError(f"arm {arm!r} ({sorted(tools)}) can neither change files nor submit")
     paths = touched_paths(p["patch"])

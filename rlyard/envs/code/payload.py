@@ -55,16 +55,18 @@ def runner_command(tests: list[str], python: str = "python3") -> str:
 def payload(*, instance_id: str, repo: str, source: dict, problem_statement: str, test_patch: str, patch: str,
             test_command: str, timeout_s: float, base_files: dict[str, str | None], difficulty: str = "",
             extra_reset: list[str] = (), expected_tests: list[str] | None = None, xfail_ok: list[str] = (),
-            ro_binds: list[str] = ()) -> dict[str, Any]:
+            ro_binds: list[str] = (), graded_files: dict[str, str | None] | None = None) -> dict[str, Any]:
     """A task payload with `graded_files` worked out: the test patch applied to the base versions,
     plus `extra_reset` paths kept at their base version (visible tests, the files of PASS_TO_PASS).
 
     `expected_tests`: the exact node ids that must each be reported passed (None: not a runner
     command, the exit code decides); `xfail_ok`: those that may be xfailed instead (SWE-bench's
-    PASS_TO_PASS); `ro_binds`: host folders the sandbox sees read-only (a per-repository venv).
+    PASS_TO_PASS); `ro_binds`: host folders the sandbox sees read-only (a per-repository venv);
+    `graded_files`: the test patch applied, when the caller already has it (generated tasks: no
+    `git apply` per task).
     """
     hidden = touched_paths(test_patch)
-    graded = apply_patch(base_files, test_patch)
+    graded = dict(graded_files) if graded_files is not None else apply_patch(base_files, test_patch)
     graded |= {p: base_files[p] for p in extra_reset if p not in graded}
     return {"instance_id": instance_id, "repo": repo, "source": source, "problem_statement": problem_statement,
             "test_patch": test_patch, "patch": patch, "test_command": test_command, "timeout_s": timeout_s,

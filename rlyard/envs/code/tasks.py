@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from rlyard.envs.code.collect import collect_node_ids
+from rlyard.envs.code.generate import GENERATED, generated_records
 from rlyard.envs.code.loaders import RowLoadError, SourceError, check_split, load_records
 from rlyard.envs.code.payload import RUNNER, RUNNER_PATH, payload, runner_command, split_of, trusted_test_paths
 from rlyard.envs.code.repo import PatchError, apply_patch, make_patch, touched_paths
@@ -29,13 +30,13 @@ from rlyard.types import Task
 BUILTIN = Path(__file__).with_name("builtin")
 ARMS = {"bash": ["bash", "submit"], "edit": ["read_file", "write_file", "edit_file", "grep", "glob", "submit"]}
 DEFAULTS: dict[str, Any] = {
-    "source": None,  # None = the built-in set; else a .jsonl / .json / .parquet file or a `datasets` folder
+    "source": None,  # None = the built-in set; "generated" = generate.py's tasks; else a .jsonl / .json / .parquet file or a `datasets` folder
     "mirrors": None,  # folder of local git mirrors (SWE-bench rows) / root of relative working dirs
     "arms": ARMS,  # harness arms: name -> tool names
     "arm_weights": {"bash": 0.5, "edit": 0.5},  # how often each arm is drawn (a whole group shares one)
     "guard": True,  # answer "Permission denied" to reads of hidden tests, git history, URL installs
     "tool_format": "hermes",  # or bash_block (bash-only arms)
-    "eval_percent": 25,  # share of tasks (stable hash of the id) in the eval split; 100 = all
+    "eval_percent": 25,  # share of tasks (stable hash of the id) in the eval split; 100 = all (generated: held-out combinations)
     "timeout_is_infra": True,  # a test command that times out: infra failure (True) or reward 0
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
     "allow_weak_isolation": False,  # run without bubblewrap (the sandbox could then read hidden tests)
@@ -118,20 +119,29 @@ def load_tasks(split: str, n: int, seed: int, problems: list[RowLoadError], **op
     require_sealed(bool(opts["allow_weak_isolation"]), "the code family (its tasks hold hidden tests and reference fixes)")
     if opts["source"] is None:
         records = builtin_records()
+    elif opts["source"] == GENERATED:  # the split is the parameters' own: held-out (family, bug kind) pairs
+        records = generated_records(split, n, seed) if n else []
     else:
         records = load_records(opts["source"], opts["mirrors"], opts, problems)
         if problems and not records:
             raise SourceError(f"{opts['source']}: no row could be loaded ({len(problems)} refused); the first: {problems[0]}")
-    chosen = [r for r in records if split_of(r["instance_id"], int(opts["eval_percent"])) == split
+    chosen = [r for r in records if record_split(r, int(opts["eval_percent"])) == split
               and opts["difficulty"] in (None, r["difficulty"])]
-    if opts["source"] is not None and n > 0:
+    if opts["source"] not in (None, GENERATED) and n > 0:
         check_split(chosen, records, split, opts)
     settings = {key: opts[key] for key in ("arms", "arm_weights", "guard", "tool_format", "timeout_is_infra",
                                            "allow_weak_isolation")}
     return [Task(id=r["instance_id"], prompt=[{"role": "user", "content": r["problem_statement"]}], env="code",
                  payload={**r, **settings, "seed": seed}, metadata={"split": split, "repo": r["repo"], "difficulty": r["difficulty"],
-                                               **({"difficulty_raw": r["difficulty_raw"]} if r.get("difficulty_raw") else {})})
+                                               **({"difficulty_raw": r["difficulty_raw"]} if r.get("difficulty_raw") else {}),
+                                               **({"bug_family": r["generated"]["family"], "bug_kind": r["generated"]["kind"]}
+                                                  if "generated" in r else {})})
             for r in chosen[:n]]
+
+
+def record_split(record: dict[str, Any], eval_percent: int) -> str:
+    """A generated task's split is its parameters' (held-out combinations); any other's a hash of its id."""
+    return record["generated"]["split"] if "generated" in record else split_of(record["instance_id"], eval_percent)
 
 
 def check_options(opts: dict[str, Any]) -> None:

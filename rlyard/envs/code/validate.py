@@ -16,11 +16,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from rlyard.envs.code.env import CodeEnv
+from rlyard.envs.code.generate import GENERATED
 from rlyard.envs.code.repo import apply_patch, touched_paths
 from rlyard.envs.code.loaders import RowLoadError
 from rlyard.envs.code.tasks import load_tasks
 from rlyard.envs.checks import check_tasks
 from rlyard.types import Reward, Task
+
+GENERATED_CHECKS = 300  # generated tasks validated when no n is given (there are thousands)
 
 
 @dataclass
@@ -98,12 +101,18 @@ def grader_output(reward: Reward) -> str:
 
 
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
-             progress: Callable[[Check], None] | None = None) -> list[Check]:
+             progress: Callable[[Check], None] | None = None, n: int | None = None) -> list[Check]:
     """Check every task of both splits (or only `task_ids`), `jobs` at a time; a user's row that
-    cannot load is a failed check carrying the reason, and the other rows are still checked."""
+    cannot load is a failed check carrying the reason, and the other rows are still checked.
+    `n`: only the first n tasks; generated ones (`source: generated`, default n 300) are drawn
+    half from each split, since their split is the held-out combinations, not eval_percent."""
     options = {**(options or {}), "eval_percent": 100}
     problems: list[RowLoadError] = []
-    tasks = load_tasks("eval", 10**9, 0, problems, **options)
+    if options.get("source") == GENERATED:
+        count = GENERATED_CHECKS if n is None else n
+        tasks = load_tasks("train", count - count // 2, 0, problems, **options) + load_tasks("eval", count // 2, 0, problems, **options)
+    else:
+        tasks = load_tasks("eval", 10**9 if n is None else n, 0, problems, **options)
     refused = [Check(p.instance_id, None, None, f"the row cannot load: {p}") for p in problems
                if not task_ids or p.instance_id in task_ids]
     for check in refused:
