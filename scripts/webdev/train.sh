@@ -14,4 +14,4 @@ if [ -n "${JUDGE_URL:-}" ]; then
   extra+=("env.options.judge={base_url: $JUDGE_URL, model: ${JUDGE_MODEL:?set JUDGE_MODEL too}}")
 fi
 rlyard envs validate webdev
-RLYARD_RUN_DIR="$run_dir" rlyard train configs/webdev.yaml "${extra[@]}" "$@"
+rlyard train configs/webdev.yaml "${extra[@]}" "$@"  # the run gives its folder to the tasks (task.metadata run_dir)

@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "category": None,  # keep only tasks of this category
     "difficulty": None,  # keep only "easy" | "medium" | "hard"
     "timeout_s": 10.0,  # a page must load and be measured within this, else it hung (0)
-    "screenshot_dir": None,  # None: $RLYARD_RUN_DIR/screenshots, else the temp dir (verify.screenshot_dir)
+    "screenshot_dir": None,  # None: the run folder's screenshots/, else the temp dir (verify.screenshot_dir)
     "judge": None,  # a mapping for the group vision judge (judge.py); None: deterministic rewards only
     "tool_format": "hermes",
     "allow_weak_isolation": False,  # run without bubblewrap (the agent could then read the reference pages)

@@ -38,8 +38,9 @@ def deduction(fit: float) -> float | None:
 
 
 def screenshot_dir(configured: str | None) -> Path:
-    """Where screenshots go: the task's option, else $RLYARD_RUN_DIR/screenshots (the run folder,
-    when the run sets it), else a folder under the system's temp directory."""
+    """Where screenshots go: the task's option (WebdevEnv.score fills it from the run folder in
+    task.metadata["run_dir"]), else $RLYARD_RUN_DIR/screenshots (a run's subprocesses), else a
+    folder under the system's temp directory."""
     if configured:
         return Path(configured)
     run_dir = os.environ.get("RLYARD_RUN_DIR")
