@@ -2,7 +2,9 @@
 builds; the reference PoC crashes with exactly the expected sanitizer, type and function
 (reward 1); the benign seed and an empty input do not crash (reward 0, no sanitizer report).
 An oracle agent then plays the reference PoC through the episode's own tools (write_file and
-bash, then submit) and must score 1 too.
+bash, then submit) and must score 1 too. For a generated target (`source: generated`) the
+measured report must also be the one its catalogue entry names (the bug kind's sanitizer and
+error type, in the drawn function), and the oracle writes its own PoC from the spec.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rlyard.envs.cyber.generate import Spec, expected_report
 from rlyard.envs.cyber.verify import grade_bytes
 from rlyard.envs.cyber.tasks import make_tasks
 from rlyard.envs.cyber.targets import Target
@@ -54,6 +57,10 @@ def check_task(task: Task) -> Check:
             worst = max(worst, verdict.reward.value)
             if verdict.reward.components.get("crashed") or verdict.reward.info.get("report"):
                 errors.append(f"the {name} crashes: {verdict.reward.info.get('report')}:\n{verdict.output.strip()}")
+        if "spec" in task.payload:
+            catalogue = expected_report(Spec(**task.payload["spec"]))
+            if target.expected != catalogue:
+                errors.append(f"the measured report {target.expected} is not the catalogue's {catalogue}")
         played = play_oracle(task)
         if played.value != 1.0:
             errors.append(f"the reference PoC played through the tools scores {played.value}: {played.info.get('error', played.components)}")
@@ -64,6 +71,9 @@ def check_task(task: Task) -> Check:
 
 
 def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None = None, jobs: int = 2,
-             progress: Callable[[Check], None] | None = None) -> list[Check]:
-    """Check every target of both splits (or only `task_ids`), `jobs` at a time."""
-    return check_every_task(make_tasks, check_task, options, task_ids, jobs, progress)
+             progress: Callable[[Check], None] | None = None, n: int | None = None) -> list[Check]:
+    """Check every target of both splits (or only `task_ids`; or the first `n`), `jobs` at a time.
+    A generated source has no end: without `n` its first 200 are checked."""
+    if n is None and (options or {}).get("source") == "generated":
+        n = 200
+    return check_every_task(make_tasks, check_task, options, task_ids, jobs, progress, n)

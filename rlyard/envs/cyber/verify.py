@@ -20,6 +20,7 @@ sandbox failing, a pristine build that does not build) is an infra failure, neve
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import re
@@ -51,6 +52,13 @@ MAX_POC_BYTES = 1 << 20
 _builds: dict[str, Path] = {}
 _build_locks: dict[str, threading.Lock] = {}
 _cache_lock = threading.Lock()
+
+
+@atexit.register
+def _remove_builds() -> None:
+    """The pristine builds are this process's own temporary folders (a generated pool holds hundreds)."""
+    for folder in list(_builds.values()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class GraderUnavailable(RuntimeError):
