@@ -25,7 +25,7 @@ import functools
 import hashlib
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from string import Template as Substitution
 from typing import Any
 
@@ -36,6 +36,8 @@ from rlyard.envs.code.repo import make_patch
 GENERATED = "generated"  # the reserved env.options.source value (a file of that name: pass ./generated)
 BY_KEY = {t.key: t for t in TEMPLATES}
 COMBOS = sorted({(t.family, kind) for t in TEMPLATES for kind in t.bugs})
+BY_FAMILY = {family: [t for t in TEMPLATES if t.family == family] for family, _ in COMBOS}
+BY_COMBO = {(family, kind): [t for t in BY_FAMILY[family] if kind in t.bugs] for family, kind in COMBOS}
 VISIBLE_PER_HELPER = 2  # visible (PASS_TO_PASS) tests per helper
 MAX_TRIES = 200  # draws per task asked for before the space is called exhausted
 
@@ -63,7 +65,7 @@ class Params:
         return self.template.split(".")[0]
 
     def canonical(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps([getattr(self, f.name) for f in fields(self)])  # tuples as lists, in field order
 
     def task_id(self) -> str:
         digest = hashlib.sha256(f"rlyard/code-generated/{self.canonical()}".encode()).hexdigest()[:10]
@@ -108,14 +110,14 @@ def draw_names(rng: random.Random, template: Template, taken: set[str]) -> tuple
 def draw(rng: random.Random, combos: list[tuple[str, str]]) -> Params | None:
     """One task's parameters for a combination drawn from `combos`; None when the draw cannot work."""
     family, kind = rng.choice(combos)
-    template = rng.choice([t for t in TEMPLATES if t.family == family and kind in t.bugs])
+    template = rng.choice(BY_COMBO[family, kind])
     names = draw_names(rng, template, set())
     fails = [i for i, args in enumerate(template.calls) if differs(template, kind, dict(names), args)]
     if not fails:
         raise ValueError(f"{template.key}/{kind}: no call shows the bug")
     picked = tuple(sorted(rng.sample(fails, min(len(fails), rng.choice((1, 1, 2))))))
     others, taken = [], {dict(names)["f"]}
-    for other in rng.sample([t for t in TEMPLATES if t.family == family and t.key != template.key], rng.choice((1, 2, 2, 3))):
+    for other in rng.sample([t for t in BY_FAMILY[family] if t is not template], rng.choice((1, 2, 2, 3))):
         other_names = draw_names(rng, other, taken)
         if other_names is None:
             return None
