@@ -175,6 +175,10 @@ def part_grpo(args) -> dict:
                  "tokens, gsm8k prompts, vowel-share reward, micro-batch = one group",
         "per_step": per_step,
     }
+    if device == "cuda":
+        import torch
+
+        out["gpu_memory_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
     if len(steps) != args.steps:
         out["error"] = f"{len(steps)} of {args.steps} steps logged"
     return out

@@ -9,15 +9,17 @@
 #   scripts/gpu_check.sh --cpu-dry-run           # the same code paths on CPU with a tiny model (~20 s)
 #
 # Python: $PYTHON, else the checkout's .venv, else python3 (a GPU image's torch). Wheels in
-# .whl/ (rlyard's dependencies missing on a machine without a network, e.g. pydantic) are
-# installed into /tmp/gpu-check-site first, without touching the machine's own packages.
+# .whl/ (rlyard's dependencies missing on a machine without a network: pydantic, a newer
+# transformers) are installed into /tmp/gpu-check-site first, without touching the machine's own packages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
-if compgen -G ".whl/*.whl" >/dev/null && ! "$PY" -c "import pydantic, starlette" 2>/dev/null; then
+# rlyard needs transformers >= 5.24 (the `cache=` keyword of the forward; 5.17 ignores it) and pydantic
+NEEDS='import sys, pydantic, starlette, transformers; from packaging.version import Version as V; sys.exit(V(transformers.__version__) < V("5.24"))'
+if compgen -G ".whl/*.whl" >/dev/null && ! "$PY" -c "$NEEDS" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-check-site .whl/*.whl \
     || { echo "gpu_check: installing .whl/ failed" >&2; exit 1; }
   export PYTHONPATH="/tmp/gpu-check-site${PYTHONPATH:+:$PYTHONPATH}"
