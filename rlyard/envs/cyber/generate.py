@@ -49,8 +49,23 @@ VERBS = ["parse", "read", "copy", "decode", "store", "handle", "scan", "check", 
 HELD_OUT = frozenset({("records", "stack_overflow"), ("kv", "heap_overflow"), ("header", "off_by_one"),
                       ("fields", "use_after_free"), ("strtab", "double_free"), ("fields", "signed_overflow"),
                       ("header", "null_deref"), ("kv", "oob_index")})
-COMBOS = {"eval": sorted(HELD_OUT),
-          "train": sorted((f, b) for f in FORMATS for b in KINDS if (f, b) not in HELD_OUT)}
+
+
+def _combo_order(combos: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Bug kinds in turn, each with its formats rotated: the first eight tasks of a stream are
+    eight kinds in five formats, and every 32 (train) or 8 (eval) cover every pair once."""
+    formats, kinds = list(FORMATS), list(KINDS)
+
+    def rank(combo: tuple[str, str]) -> tuple[int, int]:
+        k = kinds.index(combo[1])
+        mine = [f for f in (formats[(k + j) % len(formats)] for j in range(len(formats))) if (f, combo[1]) in combos]
+        return mine.index(combo[0]), k
+
+    return sorted(combos, key=rank)
+
+
+COMBOS = {"eval": _combo_order(set(HELD_OUT)),
+          "train": _combo_order({(f, b) for f in FORMATS for b in KINDS if (f, b) not in HELD_OUT})}
 DIFFICULTY = {"stack_overflow": "easy", "heap_overflow": "easy", "signed_overflow": "easy", "oob_index": "easy",
               "use_after_free": "medium", "double_free": "medium", "null_deref": "medium", "off_by_one": "hard"}
 BUILD = "#!/bin/sh\n# Build ./target from src/ with the compiler and flags the grader passes in.\nset -e\n${CC:-gcc} ${CFLAGS:-} -o target src/*.c\n"
