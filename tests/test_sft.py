@@ -78,7 +78,7 @@ def test_the_loss_mask_covers_exactly_the_assistant_tokens(tokenizer, renderer, 
     assert tokenizer.decode(trained) == "4<|im_end|>6<|im_end|>"
     # the same through the data file
     path = write_jsonl(tmp_path / "d.jsonl", [{"messages": messages}])
-    [example] = tokenize(load_conversations(path), renderer, stop, 4000, 4096).examples
+    [example] = tokenize(load_conversations(path), renderer, stop, AgentLimits(), 4096).examples
     assert example.token_ids == expected_ids and example.loss_mask == expected_mask and example.source == f"{path} line 1"
 
 
@@ -126,12 +126,13 @@ def test_a_reply_holding_the_stop_token_is_refused(renderer, tmp_path):
     path = write_jsonl(tmp_path / "demos.jsonl", [{"messages": [{"role": "user", "content": "u"},
                                                                 {"role": "assistant", "content": "done<|im_end|>"}]}])
     with pytest.raises(DataError, match=r"demos.jsonl line 1: messages\[1\].content contains the stop token '<\|im_end\|>'"):
-        tokenize(load_conversations(path), renderer, 2, 4000, 4096)
+        tokenize(load_conversations(path), renderer, 2, AgentLimits(), 4096)
 
 
 # --------------------------------------------------------------------------- SFT sees what RL sees
 class ScriptedEngine:
-    """Writes the demonstration's replies, as tokens, with the stop token the engine would sample."""
+    """Writes the demonstration's replies, as tokens, with the stop token the engine would sample;
+    like an engine, at most `max_new_tokens` of them (finish "length" when it cuts)."""
 
     policy_version = 0
 
@@ -140,7 +141,8 @@ class ScriptedEngine:
 
     def generate(self, prompts, params, n=1):
         tokens = self.turns.pop(0)
-        return [[Completion(list(tokens), [-0.5] * len(tokens), "stop", 0)] for _ in prompts]
+        kept = tokens[:params.max_new_tokens]
+        return [[Completion(kept, [-0.5] * len(kept), "stop" if kept == tokens else "length", 0)] for _ in prompts]
 
 
 class ScriptedEnv:
@@ -176,11 +178,60 @@ def test_a_conversation_tokenises_as_run_episodes_records_it(tokenizer, renderer
     [traj] = run_episodes(ScriptedEngine(tokenizer, replies, stop), tokenizer, [ScriptedEnv(messages)],
                           [Task(id="t", prompt=[], env="scripted")], ["g"], params, limits, tools=TOOLS)
     assert traj.finish_reason == "submitted" and traj.turns == 3
-    record = conversation_tokens(renderer, messages, TOOLS, stop, limits.tool_output_chars)
+    record = conversation_tokens(renderer, messages, TOOLS, stop, limits)
     assert record.token_ids == traj.token_ids and record.loss_mask == traj.loss_mask
-    [example] = tokenize([conversation], renderer, stop, limits.tool_output_chars, 100_000).examples
+    [example] = tokenize([conversation], renderer, stop, limits, 100_000).examples
     assert example.token_ids == traj.token_ids and example.loss_mask == traj.loss_mask
     assert "characters cut" in tokenizer.decode(traj.token_ids)  # the long tool output was cut, the same way in both
+
+
+LONG_TASK = " Background: " + "the devices sit in racks along the wall. " * 40  # a 398-token first prompt
+
+
+@pytest.mark.parametrize("limits, ends", [
+    # 400 total, 64 a turn: the default prompt limit (400 - 64 = 336) cuts the task's middle, the budget the 2nd reply
+    (AgentLimits(max_total_tokens=400, max_tokens_per_turn=64), "token_budget"),
+    (AgentLimits(max_total_tokens=300, max_prompt_tokens=1000), "prompt_too_long"),  # a prompt over the budget: never sampled
+    (AgentLimits(max_total_tokens=100_000, max_tokens_per_turn=40), "turn_token_limit"),  # the 44-token 2nd reply
+    (AgentLimits(max_total_tokens=100_000, max_tokens_per_turn=512, max_turns=2), "turn_limit"),
+    (AgentLimits(max_total_tokens=450, max_prompt_tokens=1000), "token_budget"),  # 398 + 35 + 23 tool tokens >= 450
+])
+def test_a_long_conversation_is_cut_where_run_episodes_would_end_it(tokenizer, renderer, tmp_path, limits, ends):
+    """SFT keeps exactly what an episode under the same agent.* limits would hold (issue 37, item 2)."""
+    row = demo(7)
+    row["messages"][1]["content"] += LONG_TASK
+    [conversation] = load_conversations(write_jsonl(tmp_path / "demos.jsonl", [row]))
+    messages, stop = conversation.messages, renderer.reply_stop_id()
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    params = SamplingParams(max_new_tokens=512, stop_token_ids=stop_tokens(tokenizer))
+    [traj] = run_episodes(ScriptedEngine(tokenizer, replies, stop), tokenizer, [ScriptedEnv(messages)],
+                          [Task(id="t", prompt=[], env="scripted")], ["g"], params, limits, tools=TOOLS)
+    assert traj.finish_reason == ends
+    tokenized = tokenize([conversation], renderer, stop, limits, 100_000)
+    assert tokenized.ended == {ends: 1}
+    if ends == "prompt_too_long":  # nothing sampled, nothing trained
+        assert not any(traj.loss_mask) and tokenized.examples == [] and tokenized.dropped == 1
+        return
+    [example] = tokenized.examples
+    assert example.token_ids == traj.token_ids and example.loss_mask == traj.loss_mask
+    assert len(example.token_ids) <= limits.max_total_tokens
+
+
+def test_sft_cuts_the_first_prompt_at_the_default_prompt_limit(tokenizer, renderer, tmp_path):
+    """`rlyard sft` reads agent.* as the rollout does: agent.max_prompt_tokens unset, the first prompt is
+    cut to max_total_tokens less one reply (400 - 64 = 336 tokens), not kept whole (398 tokens)."""
+    from rlyard.sft.train import prepare_data
+
+    row = demo(7)
+    row["messages"][1]["content"] += LONG_TASK
+    path = write_jsonl(tmp_path / "demos.jsonl", [row, demo(1)])
+    config = load_config(None, [f"sft.data={path}", "sft.eval_fraction=0", "agent.max_total_tokens=400",
+                                "agent.max_tokens_per_turn=64"])
+    data = prepare_data(config, renderer, renderer.reply_stop_id())
+    example = next(e for e in data.train.examples if e.source.endswith("line 1"))
+    prompt = example.loss_mask.index(1)
+    assert prompt <= 336 and "characters cut" in tokenizer.decode(example.token_ids[:prompt])
+    assert len(example.token_ids) <= 400 and data.train.ended == {"token_budget": 1}
 
 
 def test_the_data_order_is_a_function_of_seed_and_step():

@@ -54,6 +54,15 @@ class TokenRecord:
         self.versions += [version if sampled else -1] * len(tokens)
 
 
+@dataclass(kw_only=True)
+class ConversationRecord(TokenRecord):
+    """A recorded conversation's tokens, up to where `run_episodes` would have ended the episode."""
+
+    # why the episode would have ended before the conversation did: "" (it did not), "prompt_too_long" (nothing
+    # sampled: never trained), "token_budget", "turn_token_limit" (a reply past the per-turn cap, cut there), "turn_limit"
+    ended: str = ""
+
+
 @dataclass
 class Episode(TokenRecord):
     task: Task
@@ -228,17 +237,20 @@ def trim_prompt(renderer: TemplateRenderer, messages: list[Message], limit: int 
 
 def conversation_tokens(
     renderer: TemplateRenderer, messages: list[Message], tools: list[dict] | None = None, stop_id: int | None = None,
-    tool_output_chars: int = AgentLimits.tool_output_chars, max_prompt_tokens: int | None = None,
-) -> TokenRecord:
-    """A finished conversation as the token list `run_episodes` builds when the policy writes its
-    assistant messages: supervised fine-tuning and RL train on identical sequences.
+    limits: AgentLimits = AgentLimits(),
+) -> ConversationRecord:
+    """A finished conversation as the token list `run_episodes` builds, under the same `limits`, when
+    the policy writes its assistant messages: supervised fine-tuning and RL train on identical sequences.
 
-    The prompt is the messages before the first assistant one (cut like the loop's first prompt);
-    each assistant message is its `content` tokenised as the template's text reads there
-    (`TemplateRenderer.encode_reply`) plus `stop_id` (default: the template's end of message),
-    loss_mask 1; the messages between two replies are rendered as the loop renders them
-    (`TemplateRenderer.add_messages`, after the loop's cut), loss_mask 0.
-    Messages after the last reply would carry no loss and are left out, as the loop stops there.
+    The prompt is the messages before the first assistant one, cut like the loop's first prompt
+    (`limits.prompt_limit`); each assistant message is its `content` tokenised as the template's
+    text reads there (`TemplateRenderer.encode_reply`) plus `stop_id` (default: the template's end
+    of message), loss_mask 1; the messages between two replies are rendered as the loop renders
+    them (`TemplateRenderer.add_messages`, after the loop's cut), loss_mask 0.
+    The record stops where the loop would stop the episode (`ended` says why): a first prompt of
+    `max_total_tokens` or more (nothing sampled), a reply past the room left or past
+    `max_tokens_per_turn` (cut there, as the engine would), `max_turns` replies, or messages that
+    would fill the budget. Messages after the last reply would carry no loss and are left out.
     Assistant contents must be the reply text (tool calls already written out, e.g. Hermes
     `<tool_call>` blocks; a reasoning model's <think> section included).
     """
@@ -247,21 +259,38 @@ def conversation_tokens(
         raise ValueError("a conversation without an assistant message has nothing to train on")
     stop = renderer.reply_stop_id() if stop_id is None else stop_id
     first = roles.index("assistant")
-    record = TokenRecord()
-    prompt, transcript = renderer.begin(trim_prompt(renderer, messages[:first], max_prompt_tokens, tools), tools)
+    record = ConversationRecord()
+    prompt, transcript = renderer.begin(trim_prompt(renderer, messages[:first], limits.prompt_limit, tools), tools)
     record.extend(prompt, sampled=False)
+    if len(prompt) >= limits.max_total_tokens:
+        record.ended = "prompt_too_long"
+        return record
     between: list[Message] = []
+    turns = 0
     for index in range(first, len(messages)):
         message = messages[index]
         if message["role"] != "assistant":
             between.append(message)
             continue
         if index > first:
-            record.extend(renderer.add_messages(transcript, shown_messages(between, tool_output_chars)), sampled=False)
+            if turns >= limits.max_turns:
+                record.ended = "turn_limit"
+                return record
+            shown = renderer.add_messages(transcript, shown_messages(between, limits.tool_output_chars))
+            if len(record.token_ids) + len(shown) >= limits.max_total_tokens:
+                record.ended = "token_budget"
+                return record
+            record.extend(shown, sampled=False)
             between = []
         reply = [*renderer.encode_reply(transcript, message["content"]), stop]
+        cap = min(limits.max_tokens_per_turn, limits.max_total_tokens - len(record.token_ids))
+        if len(reply) > cap:  # the engine stops at the cap: a reply cut there ends the episode
+            record.extend(reply[:cap], sampled=True)
+            record.ended = "token_budget" if len(record.token_ids) >= limits.max_total_tokens else "turn_token_limit"
+            return record
         renderer.add_reply(transcript, reply, ended=True)
         record.extend(reply, sampled=True)
+        turns += 1
     return record
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from rlyard.agent.loop import TemplateRenderer, conversation_tokens
+from rlyard.agent.loop import AgentLimits, TemplateRenderer, conversation_tokens
 from rlyard.sft.data import Conversation, DataError
 
 
@@ -39,14 +39,18 @@ class Example:
 class Tokenized:
     examples: list[Example]
     cut: int  # conversations longer than max_length, cut to it
-    dropped: int  # conversations whose first reply starts after max_length (no assistant token left)
+    dropped: int  # conversations with no assistant token left: the prompt alone fills agent.max_total_tokens or max_length
+    # conversations the rollout would have ended early, by why (prompt_too_long, token_budget, turn_token_limit,
+    # turn_limit): each kept up to there, as run_episodes would hold it (prompt_too_long ones are dropped)
+    ended: dict[str, int] = field(default_factory=dict)
 
 
-def tokenize(conversations: list[Conversation], renderer: TemplateRenderer, stop_id: int, tool_output_chars: int,
-             max_length: int, max_prompt_tokens: int | None = None) -> Tokenized:
-    """Each conversation as `conversation_tokens` builds it (the tokens `run_episodes` would hold),
-    cut to `max_length` tokens."""
-    examples, cut, dropped = [], 0, 0
+def tokenize(conversations: list[Conversation], renderer: TemplateRenderer, stop_id: int, limits: AgentLimits,
+             max_length: int) -> Tokenized:
+    """Each conversation as `conversation_tokens` builds it under the rollout's `limits` (the
+    tokens `run_episodes` would hold: the first prompt cut to `limits.prompt_limit`, the
+    conversation ended where the episode would end), then cut to `max_length` tokens."""
+    examples, cut, dropped, ended = [], 0, 0, {}
     stop_texts = [text for text in renderer.stop_texts if text]
     for conversation in conversations:
         for index, message in enumerate(conversation.messages):
@@ -54,7 +58,9 @@ def tokenize(conversations: list[Conversation], renderer: TemplateRenderer, stop
             if found:
                 raise DataError(f"{conversation.source}: messages[{index}].content contains the stop token {found!r}; "
                                 "leave it out (rlyard ends every reply with it)")
-        record = conversation_tokens(renderer, conversation.messages, conversation.tools, stop_id, tool_output_chars, max_prompt_tokens)
+        record = conversation_tokens(renderer, conversation.messages, conversation.tools, stop_id, limits)
+        if record.ended:
+            ended[record.ended] = ended.get(record.ended, 0) + 1
         ids, mask = record.token_ids, record.loss_mask
         if len(ids) > max_length:
             cut += 1
@@ -63,7 +69,7 @@ def tokenize(conversations: list[Conversation], renderer: TemplateRenderer, stop
             dropped += 1
             continue
         examples.append(Example(ids, mask, conversation.source))
-    return Tokenized(examples, cut, dropped)
+    return Tokenized(examples, cut, dropped, ended)
 
 
 def ignored_tools_note(conversations: list[Conversation], renderer: TemplateRenderer) -> str | None:

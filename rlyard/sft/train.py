@@ -29,6 +29,7 @@ from rlyard.models import autocast, autocast_choice, load_tokenizer
 from rlyard.observe import MetricsLogger, plot_reward_curve
 from rlyard.observe.metrics import METRICS_FILE
 from rlyard.observe.store import write_atomic
+from rlyard.orchestrate.sampling import agent_limits
 from rlyard.orchestrate.setup import policy_model, seed_everything, stop_tokens
 from rlyard.sft.batching import DataOrder, Example, Tokenized, ignored_tools_note, tokenize
 from rlyard.sft.data import file_digest, load_conversations, split_held_out
@@ -111,7 +112,7 @@ def train_step(model, optimizer, micro_batches: list[list[Example]], lr: float, 
 
 def prepare_data(config: RunConfig, renderer: TemplateRenderer, stop_id: int) -> SftData:
     """The training and held-out examples: sft.data, and sft.eval_data or a held-out share of sft.data."""
-    s, agent = config.sft, config.agent
+    s, limits = config.sft, agent_limits(config)  # the rollout's limits: SFT trains on what an episode would hold
     if not s.data:
         raise ConfigError("sft.data: no data file given; run `rlyard sft DATA.jsonl` or set sft.data in the config")
     conversations = load_conversations(s.data)
@@ -121,7 +122,7 @@ def prepare_data(config: RunConfig, renderer: TemplateRenderer, stop_id: int) ->
         train, held = split_held_out(conversations, s.eval_fraction, s.seed)
 
     def examples(part):
-        return tokenize(part, renderer, stop_id, agent.tool_output_chars, s.max_length, agent.max_prompt_tokens)
+        return tokenize(part, renderer, stop_id, limits, s.max_length)
 
     digest = file_digest(s.data) + (file_digest(s.eval_data) if s.eval_data else "")
     return SftData(examples(train), examples(held), digest, ignored_tools_note(train + held, renderer))
@@ -134,8 +135,12 @@ def describe(data: SftData, order: DataOrder, total: int, s: SftConfig) -> str:
             f"{total} steps of {s.batch_size} conversations ({order.steps_per_epoch} steps an epoch)")
     if train.cut + held.cut:
         text += f"; {train.cut + held.cut} cut to sft.max_length={s.max_length}"
+    ended = {reason: train.ended.get(reason, 0) + held.ended.get(reason, 0) for reason in {**train.ended, **held.ended}}
+    if ended:
+        text += ("; the rollout would end " + ", ".join(f"{n} at {reason}" for reason, n in sorted(ended.items()))
+                 + " (agent.*: kept up to there, prompt_too_long dropped)")
     if train.dropped + held.dropped:
-        text += f"; {train.dropped + held.dropped} dropped (no reply within sft.max_length)"
+        text += f"; {train.dropped + held.dropped} dropped (no reply within agent.max_total_tokens and sft.max_length)"
     return text
 
 
