@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from rlyard.config_sections import (  # noqa: F401  (re-exported: the sections' home is config_sections)
     ALGO_PRESETS, DEFAULT_LORA_TARGETS, INT8_DEFAULT_TIS_CAP, PRESET_ADVANTAGE, PRESET_LOSS, TOKEN_REWARD_ADVANTAGES,
-    AgentConfig, AlgoConfig, EvalConfig, FieldError, LoraConfig, ModelConfig, OrchestrateConfig, OutputConfig,
+    AgentConfig, AlgoConfig, EvalConfig, FieldError, LiveConfig, LoraConfig, ModelConfig, OrchestrateConfig, OutputConfig,
     RayConfig, RolloutConfig, SftConfig, Strict, TrainConfig,
 )
 from rlyard.envs.registry import FamilyNotFound, get_family
@@ -76,6 +76,7 @@ class RunConfig(Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     orchestrate: OrchestrateConfig = Field(default_factory=OrchestrateConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
+    live: LiveConfig = Field(default_factory=LiveConfig)  # rlyard serve --learn
 
     @model_validator(mode="after")
     def _int8_runs_on_cpu(self) -> "RunConfig":

@@ -227,6 +227,16 @@ class OrchestrateConfig(Strict):
     shutdown_timeout_s: float = Field(30.0, gt=0.0)  # async: how long stopping waits for rollout threads
 
 
+class LiveConfig(Strict):
+    """`rlyard serve --learn`: train the served policy on the sessions it serves (docs/live.md)."""
+
+    sessions_per_step: int = Field(8, ge=1)  # rewarded episodes (lone sessions + complete groups' members) per learner step
+    baseline: Literal["rloo", "per_prompt"] = "rloo"  # lone sessions: leave-one-out mean over a window, or a value per prompt
+    baseline_window: int = Field(64, ge=1)  # rloo: the last rewards of lone sessions the baseline averages
+    baseline_alpha: float = Field(0.2, gt=0.0, le=1.0)  # per_prompt: V(p) <- V(p) + alpha (r - V(p))
+    group_timeout_s: float = Field(120.0, gt=0.0)  # a metadata.group still missing rewards after this trains what it has
+
+
 class SftConfig(Strict):
     """`rlyard sft`: supervised fine-tuning on conversations (docs/sft.md). The defaults train the
     embedded SmolLM2-135M with LoRA on a few hundred conversations on a laptop CPU in minutes."""
