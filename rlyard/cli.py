@@ -24,6 +24,7 @@ EPILOG = """examples:
   rlyard eval --checkpoint runs/quickstart-20261130-101500 --samples 8 --k 4
   rlyard export runs/quickstart-20261130-101500 --out exports/quickstart   # a Hugging Face folder for transformers / vLLM
   rlyard serve --port 8000                         # OpenAI-compatible API over the embedded model
+  rlyard serve --learn configs/quickstart.yaml --api-key KEY   # ... that learns from its posted rewards
   rlyard agent --workspace ./repo --base-url http://127.0.0.1:8000/v1 "Fix the failing test"
   rlyard envs list
   rlyard envs validate code                       # every built-in code task: fails at base, passes when fixed
@@ -218,6 +219,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.learn:  # serve and train on the served sessions (docs/live.md)
+        from rlyard.live.service import run_live
+
+        return run_live(args)
     from rlyard.serve import RlyardServer, serve
 
     config, components, _ = load_policy(args, ["eval.size=0"])
@@ -359,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--model-name", help="the model id reported by /v1/models (default: model.name)")
     sv.add_argument("--record", metavar="DIR", help="also write each session's conversations to DIR/<id>.json after every "
                                                     "reply (for rlyard collect --sessions DIR)")
+    sv.add_argument("--learn", metavar="CONFIG", help="live RL: also train the served policy on its sessions' posted rewards "
+                                                      "(docs/live.md); needs --api-key")
+    sv.add_argument("--api-key", help="--learn: the key of the reward and admin routes (or RLYARD_API_KEY)")
+    sv.add_argument("--run-dir", help="--learn: the run folder (again: resume from its newest checkpoint)")
     ag = sub.add_parser("agent", help="a minimal tool-using agent against any OpenAI-compatible endpoint")
     ag.add_argument("task", help="the task text, or @FILE to read it from a file")
     ag.add_argument("--workspace", required=True, help="the folder the agent works in (the only writable path in its sandbox)")

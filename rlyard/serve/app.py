@@ -33,7 +33,8 @@ SESSION_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 CLIENT_CLOSED = 499  # nginx's code for "the client closed the request": nobody reads it
 
 
-def build_app(server: RlyardServer) -> Starlette:
+def build_app(server: RlyardServer, extra_routes: list[Route] = ()) -> Starlette:
+    """The routes over `server`; `extra_routes` come first (`rlyard serve --learn` adds its reward and admin routes)."""
     def session_of(request: Request):
         session_id = request.path_params.get("session_id")
         if session_id is None:
@@ -102,7 +103,7 @@ def build_app(server: RlyardServer) -> Starlette:
                Route("/sessions/{session_id}/trajectories", trajectories, methods=["GET"]),
                Route("/sessions/{session_id}/messages", messages, methods=["GET"])]
     handlers = {ApiError: api_error, HTTPException: http_error, Exception: server_error}
-    return Starlette(routes=routes, exception_handlers=handlers)
+    return Starlette(routes=[*extra_routes, *routes], exception_handlers=handlers)
 
 
 async def respond(server: RlyardServer, pending: Pending, request: Request) -> Response:
@@ -188,10 +189,10 @@ class HttpServer:
     serving), with the calls of socketserver (`serve_forever`, `shutdown`, `server_close`,
     `server_address`) that the CLI and tests use."""
 
-    def __init__(self, server: RlyardServer, host: str, port: int):
+    def __init__(self, server: RlyardServer, host: str, port: int, extra_routes: list[Route] = ()):
         import uvicorn
 
-        self.app = build_app(server)
+        self.app = build_app(server, extra_routes)
         self.socket = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.server_address = self.socket.getsockname()[:2]
         # log_config=None: leave the process's logging alone; errors still reach stderr
@@ -227,6 +228,6 @@ class HttpServer:
         self.server_close()
 
 
-def serve(server: RlyardServer, host: str = "127.0.0.1", port: int = 8000) -> HttpServer:
+def serve(server: RlyardServer, host: str = "127.0.0.1", port: int = 8000, extra_routes: list[Route] = ()) -> HttpServer:
     """Bind and return the HTTP server (call `serve_forever`, or run it in a thread)."""
-    return HttpServer(server, host, port)
+    return HttpServer(server, host, port, extra_routes)

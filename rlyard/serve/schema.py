@@ -121,6 +121,8 @@ class Sampling(Strict):
     frequency_penalty: float | None = None
     logit_bias: dict[str, Any] | None = None
     user: str | None = None  # labels the caller for OpenAI's abuse tracking; nothing to do here
+    # OpenAI's string map; `rlyard serve --learn` reads `group` (a GRPO group) and `task` (the task the close grader scores)
+    metadata: dict[str, str] | None = Field(None, max_length=16)
     stop_token_ids: list[int] | None = None  # vLLM's: end the reply after any of these (besides the server's own)
 
     @field_validator("stop")
