@@ -17,13 +17,13 @@ def token_weights(lengths: list[int], group_ids: list[str], mode: str = "token-m
 
     lengths: sampled tokens per sequence (L_i). `constant` is Dr. GRPO's normaliser L_max.
     episode_ids: sequences with one id are the segments of one episode (a harness that rewrote its
-    history), which the per-sequence modes count as one sequence of their summed length; None:
-    every sequence is an episode of its own.
+    history), which the per-sequence modes count as one sequence of their summed length; "" (or
+    None for all): a sequence that is an episode of its own.
     """
     live = [i for i, length in enumerate(lengths) if length > 0]
     if not live:
         return [0.0] * len(lengths)
-    episode_of = episode_ids or [str(i) for i in range(len(lengths))]
+    episode_of = [episode or f"#{i}" for i, episode in enumerate(episode_ids or [""] * len(lengths))]
     episode_tokens: dict[str, int] = {}
     for i in live:
         episode_tokens[episode_of[i]] = episode_tokens.get(episode_of[i], 0) + lengths[i]

@@ -59,11 +59,10 @@ def compute_advantages(
         return TrainTargets(advantages, [torch.zeros(t.num_sampled_tokens) for t in batch] if algo.advantage == "gae" else None)
     rewards = training_rewards(config, batch)
     metrics = {"reward/overlong_penalty": statistics.fmean(rewards[i] - batch[i].reward for i in valid)} if algo.soft_overlong else {}
+    # The estimators count episodes: a harness episode's segments share its one reward (see token_level_advantages).
     if algo.advantage not in ("grpo", "dr_grpo", "rloo", "remax"):
-        rewards_V = torch.tensor([rewards[i] for i in valid], dtype=torch.float32)
-        targets = token_level_advantages(config, batch, valid, rewards_V, scores)
+        targets = token_level_advantages(config, batch, valid, rewards, scores)
         return TrainTargets(targets.advantages, targets.returns, metrics | targets.metrics)
-    # The group baselines count episodes: a harness episode's segments share its one reward and advantage.
     firsts, owner = episodes(batch, valid)
     rewards_E = torch.tensor([rewards[i] for i in firsts], dtype=torch.float32)
     groups_E = [batch[i].group_id for i in firsts]
@@ -101,44 +100,65 @@ def episodes(batch: list[Trajectory], indices: list[int]) -> tuple[list[int], di
 
 
 def token_level_advantages(
-    config: RunConfig, batch: list[Trajectory], valid: list[int], rewards_V: torch.Tensor, scores: TokenScores | None,
+    config: RunConfig, batch: list[Trajectory], valid: list[int], rewards: list[float], scores: TokenScores | None,
 ) -> TrainTargets:
-    """The estimators with time structure, on right-padded (valid sequences, tokens) tensors."""
+    """The estimators with time structure, on right-padded (episodes, tokens) tensors.
+
+    One row per episode: a harness episode whose history was rewritten comes back as several
+    segments, and its row is their sampled tokens in order. So its reward is paid once, at the
+    episode's last token (not at the end of every segment); returns and GAE run across segments
+    (the KL of later segments counts, the next segment's first value is the bootstrap);
+    REINFORCE++-baseline's group mean counts the episode once; and the batch whitening sees each
+    token once, as before. The row's advantages and returns are cut back into its segments."""
     algo = config.algo
-    lengths = [batch[i].num_sampled_tokens for i in valid]
-    mask_VT = pad([torch.ones(n) for n in lengths])
-    kl_VT, metrics = kl_penalty(config, batch, valid, scores)
+    firsts, owner = episodes(batch, valid)
+    members_E: list[list[int]] = [[] for _ in firsts]
+    for i in valid:
+        members_E[owner[i]].append(i)
+
+    def rows(per_index: dict[int, torch.Tensor]) -> torch.Tensor:
+        return pad([torch.cat([per_index[i].detach().float().cpu() for i in members]) for members in members_E])
+
+    mask_ET = rows({i: torch.ones(batch[i].num_sampled_tokens) for i in valid})
+    kl_V, metrics = kl_penalty(config, batch, valid, scores)
+    kl_ET = rows(dict(zip(valid, kl_V)))
+    rewards_E = torch.tensor([rewards[i] for i in firsts], dtype=torch.float32)  # every segment carries its episode's reward
     beta = algo.kl_coef if algo.kl_in_reward else 0.0
-    returns_VT = None
+    returns_ET = None
     if algo.advantage == "reinforce_pp_baseline":
-        advantages_VT = reinforce_pp_baseline(rewards_V, [batch[i].group_id for i in valid], mask_VT)
+        advantages_ET = reinforce_pp_baseline(rewards_E, [batch[i].group_id for i in firsts], mask_ET)
     elif algo.advantage == "reinforce_pp":
-        advantages_VT = reinforce_pp(rewards_V, kl_VT, mask_VT, beta, algo.gamma)
+        advantages_ET = reinforce_pp(rewards_E, kl_ET, mask_ET, beta, algo.gamma)
     elif algo.advantage == "gae":
         if scores is None or scores.values is None:
             raise ValueError("advantage gae needs the critic's values: pass scores=learner.score(batch)")
-        values_VT = pad([scores.values[i] for i in valid])
-        token_rewards_VT = kl_token_rewards(rewards_V, kl_VT, mask_VT, beta)
-        raw_VT, returns_VT = gae(token_rewards_VT, values_VT, mask_VT, algo.gamma, algo.lam)
-        advantages_VT = whiten(raw_VT, mask_VT)  # A is whitened; the value targets are not
+        values_ET = rows({i: scores.values[i] for i in valid})
+        token_rewards_ET = kl_token_rewards(rewards_E, kl_ET, mask_ET, beta)
+        raw_ET, returns_ET = gae(token_rewards_ET, values_ET, mask_ET, algo.gamma, algo.lam)
+        advantages_ET = whiten(raw_ET, mask_ET)  # A is whitened; the value targets are not
     else:
         raise ValueError(f"unknown advantage estimator {algo.advantage!r}")
     advantages: list[float | torch.Tensor] = [torch.zeros(t.num_sampled_tokens) for t in batch]
-    returns = [torch.zeros(t.num_sampled_tokens) for t in batch] if returns_VT is not None else None
-    for row, (i, length) in enumerate(zip(valid, lengths)):
-        advantages[i] = advantages_VT[row, :length]
-        if returns is not None:
-            returns[i] = returns_VT[row, :length]
+    returns = [torch.zeros(t.num_sampled_tokens) for t in batch] if returns_ET is not None else None
+    for row, members in enumerate(members_E):
+        start = 0
+        for i in members:
+            end = start + batch[i].num_sampled_tokens
+            advantages[i] = advantages_ET[row, start:end]
+            if returns is not None:
+                returns[i] = returns_ET[row, start:end]
+            start = end
     return TrainTargets(advantages, returns, metrics)
 
 
-def kl_penalty(config: RunConfig, batch: list[Trajectory], valid: list[int], scores: TokenScores | None) -> tuple[torch.Tensor, dict[str, float]]:
-    """(V, T) kl_t between the sampling policy (the trainer's recompute when there is one, else the
-    engine's logprobs) and the reference, for KL in the reward; zeros when that is off."""
+def kl_penalty(config: RunConfig, batch: list[Trajectory], valid: list[int], scores: TokenScores | None,
+               ) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """Per valid trajectory, (L_i,) kl_t between the sampling policy (the trainer's recompute when
+    there is one, else the engine's logprobs) and the reference, for KL in the reward; zeros when that is off."""
     algo = config.algo
     lengths = [batch[i].num_sampled_tokens for i in valid]
     if not (algo.kl_in_reward and algo.kl_coef > 0):
-        return pad([torch.zeros(n) for n in lengths]), {}
+        return [torch.zeros(n) for n in lengths], {}
     if scores is None or scores.reference_logprobs is None:
         raise ValueError("algo.kl_in_reward needs the reference logprobs: pass scores=learner.score(batch)")
     kl_V = []
@@ -146,7 +166,7 @@ def kl_penalty(config: RunConfig, batch: list[Trajectory], valid: list[int], sco
         old_T = scores.old_logprobs[i] if scores.old_logprobs is not None else sampled_behaviour_logprobs(batch[i])
         kl_V.append(kl_estimate(old_T.cpu(), scores.reference_logprobs[i].cpu(), algo.kl_estimator))
     flat = torch.cat(kl_V)
-    return pad(kl_V), {"reward/kl_penalty": algo.kl_coef * float(flat.mean()) if len(flat) else 0.0}
+    return kl_V, {"reward/kl_penalty": algo.kl_coef * float(flat.mean()) if len(flat) else 0.0}
 
 
 def pad(rows: list[torch.Tensor]) -> torch.Tensor:

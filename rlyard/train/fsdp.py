@@ -113,14 +113,18 @@ def sharded_logprobs(model: nn.Module, prefix: list[int], continuations: list[li
 
 
 def global_token_weights(lengths: list[int], group_ids: list[str], mode: str, constant: float | None,
-                         group: dist.ProcessGroup) -> list[float]:
-    """This rank's share of `token_weights` over the whole batch (every rank's sequences)."""
+                         group: dist.ProcessGroup, episode_ids: list[str] | None = None) -> list[float]:
+    """This rank's share of `token_weights` over the whole batch (every rank's sequences). The
+    segments of one harness episode share its weight wherever they are: `episode_ids` go along
+    (an episode's segments may sit on different ranks; "" or None: a sequence is its own episode)."""
+    rank = dist.get_rank(group)
     shares: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(shares, (list(lengths), list(group_ids)), group=group)
-    all_lengths = [n for share_lengths, _ in shares for n in share_lengths]
-    all_groups = [g for _, share_groups in shares for g in share_groups]
-    weights = token_weights(all_lengths, all_groups, mode, constant)
-    start = sum(len(share_lengths) for share_lengths, _ in shares[: dist.get_rank(group)])
+    dist.all_gather_object(shares, (list(lengths), list(group_ids), list(episode_ids or [""] * len(lengths))), group=group)
+    all_lengths = [n for share_lengths, _, _ in shares for n in share_lengths]
+    all_groups = [g for _, share_groups, _ in shares for g in share_groups]
+    all_episodes = [e for _, _, share_episodes in shares for e in share_episodes]
+    weights = token_weights(all_lengths, all_groups, mode, constant, all_episodes)
+    start = sum(len(share_lengths) for share_lengths, _, _ in shares[:rank])
     return weights[start : start + len(lengths)]
 
 

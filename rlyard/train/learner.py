@@ -163,7 +163,7 @@ class Learner:
             for mb_indices in (order[k :: algo.minibatches] for k in range(algo.minibatches)):
                 # Infra-failed episodes (and truncated ones under overlong_filter): no loss, no share of the normaliser.
                 weights = self._token_weights([lengths[i] for i in mb_indices], [batch[i].group_id for i in mb_indices],
-                                              [batch[i].episode_id or f"#{i}" for i in mb_indices])
+                                              [batch[i].episode_id for i in mb_indices])
                 weight = dict(zip(mb_indices, weights))
                 live = [i for i in mb_indices if weight[i] > 0 and (needs_all or bool(advantages_T[i].any()))]
                 skipped += len(mb_indices) - len(live)
@@ -290,9 +290,9 @@ class Learner:
 
     def _token_weights(self, lengths: list[int], group_ids: list[str], episode_ids: list[str]) -> list[float]:
         """`algo.loss_agg`'s weights (a harness episode's segments share its one); over several
-        ranks, this rank's share of the whole minibatch's (there each segment counts as a sequence)."""
+        ranks, this rank's share of the whole minibatch's (its segments share it across ranks too)."""
         if self.group is not None:
-            return fsdp.global_token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant, self.group)
+            return fsdp.global_token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant, self.group, episode_ids)
         return token_weights(lengths, group_ids, self.algo.loss_agg, self.loss_constant, episode_ids)
 
     def _idle_passes(self, count: int) -> int:
