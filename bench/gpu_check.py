@@ -1,6 +1,6 @@
 """A GPU check in one command (scripts/gpu_check.sh runs it): what rlyard does on one GPU.
 
-    python bench/gpu_check.py --out DIR               # on a GPU machine, ~4 minutes
+    python bench/gpu_check.py --out DIR               # on a GPU machine, ~4 minutes (one H200: 20 GRPO steps 144 s)
     python bench/gpu_check.py --cpu-dry-run --out DIR # the same code paths with a tiny model on CPU
 
 Parts, each in its own process with its own time limit, so that one that fails or hangs does
@@ -11,10 +11,11 @@ everything they printed:
 - grpo:  GRPO steps through rlyard's own sync loop (`rlyard.orchestrate.entry.train`, what
          `rlyard train` runs) on a random-init model of Qwen2-0.5B's shape (hidden 896, 24 layers,
          14 heads, 2 KV heads, MLP 4864, vocabulary 151936, tied head: 494M parameters) with the
-         repo's tokenizer, full fine-tuning: float32 master weights, bf16 autocast in the learner,
-         a bf16 hf engine that gets every weight pushed after each step. Dense reward (the share of
-         vowels), so every step trains. Steps/s, tokens/s and MFU = (6 * params * trained tokens +
-         2 * params * generated tokens) / step seconds / peak (attention FLOPs left out).
+         repo's tokenizer, 8 prompts x 8 samples x 32 new tokens a step, full fine-tuning: float32
+         master weights, bf16 autocast in the learner, a bf16 hf engine that gets every weight
+         pushed after each step. Dense reward (the share of vowels), so every step trains.
+         Steps/s, tokens/s and MFU = (6 * params * trained tokens + 2 * params * generated
+         tokens) / step seconds / peak (attention FLOPs left out).
 - fsdp1, fsdp2: rlyard's FSDP2 learner (bench/gpu_check_fsdp.py) on NCCL with world size 1, then
          2 processes on the one GPU (NCCL may refuse two ranks on one device: recorded as is).
 - vllm:  rollout.engine=vllm with a weight push (LoRA, then full weights) when vllm imports;
@@ -336,7 +337,9 @@ def main() -> None:
     parser.add_argument("--part-json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     dry = {"steps": 2, "prompts": 2, "n": 4, "new_tokens": 8}
-    full = {"steps": 20, "prompts": 8, "n": 8, "new_tokens": 128}
+    # 32 new tokens: on the H200 the hf engine took ~75 ms a token at 64 rows (its sampling runs on the CPU), so 20 steps
+    # of 128 tokens ran past 270 s; 32 tokens took 5.3 s a step, the grpo part 144 s (bench/results/gpu_check.json)
+    full = {"steps": 20, "prompts": 8, "n": 8, "new_tokens": 32}
     for key, value in (dry if args.cpu_dry_run else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -355,7 +358,8 @@ def main() -> None:
     from provenance import commit
 
     args.out.mkdir(parents=True, exist_ok=True)
-    record = {"command": "python bench/gpu_check.py " + " ".join(a for a in sys.argv[1:] if not a.startswith(str(args.out))),
+    shown = {str(args.out): "DIR", args.tokenizer: Path(args.tokenizer).name}  # no folder of this machine in the record
+    record = {"command": "python bench/gpu_check.py " + " ".join(shown.get(a, a) for a in sys.argv[1:]),
               "commit": args.commit or commit(), "cpu_dry_run": args.cpu_dry_run, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "mfu_formula": MFU_FORMULA, "parts": {}, "summary": []}
     started = time.perf_counter()
