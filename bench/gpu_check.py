@@ -337,7 +337,7 @@ def main() -> None:
     parser.add_argument("--part-json", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     dry = {"steps": 2, "prompts": 2, "n": 4, "new_tokens": 8}
-    # 32 new tokens: on the H200 the hf engine took ~75 ms a token at 64 rows (its sampling runs on the CPU), so 20 steps
+    # 32 new tokens: on the H200 the hf engine took ~100 ms a token at 64 rows (its sampling runs on the CPU), so 20 steps
     # of 128 tokens ran past 270 s; 32 tokens took 5.3 s a step, the grpo part 144 s (bench/results/gpu_check.json)
     full = {"steps": 20, "prompts": 8, "n": 8, "new_tokens": 32}
     for key, value in (dry if args.cpu_dry_run else full).items():
