@@ -238,8 +238,8 @@ KINDS: dict[str, BugKind] = {kind.name: kind for kind in [
             lambda rng, text: {"min_len": rng.randint(2, 6)}, _uaf_function,
             lambda c, rng, text: [(_filler(rng, text), rng.randint(1, c["min_len"] - 1))],
             lambda c, rng, text: _word(rng, c["min_len"] + rng.randint(0, 4)),
-            lambda f, c: f"`{f}` frees a {c['min_len'] - 1}-byte-or-shorter value on its error path (len < "
-                         f"{c['min_len']}) and then still reads copy[0]."),
+            lambda f, c: f"`{f}` frees the copy on its error path (len < {c['min_len']}) and then still reads "
+                         f"copy[0], so a value shorter than {c['min_len']} bytes is used after free."),
     BugKind("double_free", "AddressSanitizer", "double-free", _reserved, _double_free_function,
             lambda c, rng, text: [(c["reserved"], 1), (_filler(rng, text), rng.randint(0, 6))],
             lambda c, rng, text: _word(rng, rng.randint(3, 7)),
