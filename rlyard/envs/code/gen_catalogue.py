@@ -90,7 +90,7 @@ TEMPLATES: tuple[Template, ...] = (
       '''def $f($s, $m=1):
     """How many words of $s have at least $m characters."""
     return sum(1 for word in $s.split() if len(word) >= $m)
-''', ("'a bb ccc'", "'a bb ccc', 2", "'', 1", "'one two', 3", "'hi there', 5"),
+''', ("'a bb ccc'", "'a bb ccc', 2", "'', 1", "'one two', 3", "'hi there', 5", "'x y zz'", "'i am here'"),
       {"comparison": ("len(word) >= $m", "len(word) > $m"), "constant": ("$m=1", "$m=2")}),
     # ---- list helpers
     T("list.chunk", ("chunk", "chunked", "batches", "split_every"), {"xs": ("items", "values", "xs", "seq"), "n": ("size", "n", "width")},
@@ -105,7 +105,7 @@ TEMPLATES: tuple[Template, ...] = (
     if $n <= 0:
         return []
     return $xs[-$n:]
-''', ("[1, 2, 3, 4], 2", "[1, 2, 3], 0", "[1, 2], 5", "[5, 6, 7], 1", "[], 3"),
+''', ("[1, 2, 3, 4], 2", "[1, 2, 3], 0", "[1, 2], 5", "[5, 6, 7], 1", "[], 3", "[4, 5], 0", "[9], 0"),
       {"edge_case": ("    if $n <= 0:\n        return []\n", ""), "comparison": ("$n <= 0", "$n < 0"), "off_by_one": ("$xs[-$n:]", "$xs[-$n + 1:]")}),
     T("list.pairs", ("pairs", "pairwise", "neighbours", "adjacent_pairs"), {"xs": ("items", "values", "xs", "seq")},
       '''def $f($xs):
@@ -123,14 +123,14 @@ TEMPLATES: tuple[Template, ...] = (
         if $xs[i] > $xs[best]:
             best = i
     return best
-''', ("[3, 9, 2]", "[1, 5, 5]", "[]", "[4]", "[1, 2, 8]", "[7, 1, 7]"),
+''', ("[3, 9, 2]", "[1, 5, 5]", "[]", "[4]", "[1, 2, 8]", "[7, 1, 7]", "[0, 1, 5]", "[2, 3]"),
       {"edge_case": ("    if not $xs:\n        return None\n", ""), "comparison": ("$xs[i] > $xs[best]", "$xs[i] >= $xs[best]"),
        "off_by_one": ("range(1, len($xs))", "range(1, len($xs) - 1)")}),
     T("list.count_between", ("count_between", "count_in_range", "how_many_within"), {"xs": ("items", "values", "xs"), "lo": ("lo", "low", "start"), "hi": ("hi", "high", "stop")},
       '''def $f($xs, $lo, $hi):
     """How many items lie in [$lo, $hi], both ends included."""
     return sum(1 for x in $xs if $lo <= x and x <= $hi)
-''', ("[1, 5, 10], 2, 8", "[1, 5, 10], 1, 10", "[], 0, 1", "[3, 4], 0, 9", "[0, 20], 5, 6"),
+''', ("[1, 5, 10], 2, 8", "[1, 5, 10], 1, 10", "[], 0, 1", "[3, 4], 0, 9", "[0, 20], 5, 6", "[2, 4, 6], 0, 6", "[3, 3], 1, 3"),
       {"boolean": ("$lo <= x and x <= $hi", "$lo <= x or x <= $hi"), "comparison": ("x <= $hi", "x < $hi")}),
     T("list.sum_top", ("sum_top", "top_total", "sum_largest", "best_sum"), {"xs": ("items", "values", "scores", "xs")},
       '''def $f($xs, k=3):
@@ -154,7 +154,8 @@ TEMPLATES: tuple[Template, ...] = (
             return default
         current = current[key]
     return current
-''', ("{'a': {'b': 1}}, 'a.b'", "{'a': {'b': 1}}, 'a.c'", "{'a': 2}, 'a'", "{'a': 2}, 'a.b'", "{}, 'x', 0"),
+''', ("{'a': {'b': 1}}, 'a.b'", "{'a': {'b': 1}}, 'a.c'", "{'a': 2}, 'a'", "{'a': 2}, 'a.b'", "{}, 'x', 0",
+       "{'x': {'y': {'z': 3}}}, 'x.y.z'", "{'k': {'v': 0}}, 'k.v'"),
       {"boolean": ("isinstance(current, dict) or key", "isinstance(current, dict) and key"), "constant": ('split(".")', 'split("/")')}),
     T("dict.word_counts", ("word_counts", "tally", "count_each", "frequencies"), {"xs": ("words", "items", "tokens")},
       '''def $f($xs):
@@ -241,7 +242,7 @@ TEMPLATES: tuple[Template, ...] = (
       '''def $f($x, $lo, $hi):
     """True when $x lies between $lo and $hi, both included."""
     return $lo <= $x and $x <= $hi
-''', ("5, 1, 10", "0, 1, 10", "11, 1, 10", "1, 1, 10", "10, 1, 10"),
+''', ("5, 1, 10", "0, 1, 10", "11, 1, 10", "1, 1, 10", "10, 1, 10", "3, 1, 3", "0, -5, 0"),
       {"boolean": ("$lo <= $x and $x <= $hi", "$lo <= $x or $x <= $hi"), "comparison": ("$x <= $hi", "$x < $hi")}),
     T("number.round_to", ("round_to", "snap", "nearest_multiple", "quantize"), {"x": ("value", "x", "n")},
       '''def $f($x, step=5):
@@ -254,7 +255,7 @@ TEMPLATES: tuple[Template, ...] = (
       '''def $f($y):
     """True for a leap year of the Gregorian calendar."""
     return $y % 4 == 0 and ($y % 100 != 0 or $y % 400 == 0)
-''', ("2024", "2023", "1900", "2000", "2100", "1996", "1800"),
+''', ("2024", "2023", "1900", "2000", "2100", "1996", "1800", "2200", "1400"),
       {"boolean": ("$y % 4 == 0 and (", "$y % 4 == 0 or ("), "constant": ("$y % 400 == 0", "$y % 200 == 0"),
        "comparison": ("$y % 100 != 0", "$y % 100 == 0")}),
     T("date.days_in_month", ("days_in_month", "month_length", "month_days"), {"y": ("year", "y"), "m": ("month", "m", "mon")},
@@ -292,7 +293,7 @@ TEMPLATES: tuple[Template, ...] = (
     """True when ISO date $s falls on a Saturday or Sunday."""
     from datetime import date
     return date.fromisoformat($s).weekday() >= 5
-''', ("'2024-06-01'", "'2024-06-02'", "'2024-06-03'", "'2024-06-07'"),
+''', ("'2024-06-01'", "'2024-06-02'", "'2024-06-03'", "'2024-06-07'", "'2024-06-08'", "'2023-12-30'"),
       {"comparison": ("weekday() >= 5", "weekday() > 5"), "constant": ("weekday() >= 5", "weekday() >= 6")}),
     T("date.age", ("age", "age_at", "years_old", "full_years"), {"by": ("born_year", "birth_year"), "bm": ("born_month", "birth_month"),
                                                                "y": ("year", "on_year"), "m": ("month", "on_month")},
@@ -309,7 +310,7 @@ TEMPLATES: tuple[Template, ...] = (
       '''def $f($a, $b):
     """True when half-open spans $a and $b, (start, end), share a point."""
     return $a[0] < $b[1] and $b[0] < $a[1]
-''', ("(1, 5), (4, 8)", "(1, 3), (3, 6)", "(3, 6), (1, 3)", "(0, 2), (5, 9)", "(2, 4), (0, 10)", "(6, 9), (1, 2)"),
+''', ("(1, 5), (4, 8)", "(1, 3), (3, 6)", "(3, 6), (1, 3)", "(0, 2), (5, 9)", "(2, 4), (0, 10)", "(6, 9), (1, 2)", "(5, 9), (2, 5)"),
       {"comparison": ("$a[0] < $b[1]", "$a[0] <= $b[1]"), "boolean": ("$b[1] and $b[0]", "$b[1] or $b[0]")}),
     T("interval.contains", ("contains", "covers", "in_span", "inside")
       , {"iv": ("span", "interval", "window"), "x": ("x", "point", "value")},
@@ -317,7 +318,7 @@ TEMPLATES: tuple[Template, ...] = (
     """True when $x lies in the half-open span $iv = (start, end)."""
     start, end = $iv
     return start <= $x < end
-''', ("(1, 5), 3", "(1, 5), 5", "(1, 5), 1", "(1, 5), 0", "(2, 3), 2"),
+''', ("(1, 5), 3", "(1, 5), 5", "(1, 5), 1", "(1, 5), 0", "(2, 3), 2", "(0, 3), 3", "(-2, 2), 2"),
       {"comparison": ("start <= $x < end", "start <= $x <= end"), "swapped_args": ("start, end = $iv", "end, start = $iv")}),
     T("interval.length", ("length", "span_length", "width", "size_of")
       , {"iv": ("span", "interval", "window")},
@@ -337,7 +338,7 @@ TEMPLATES: tuple[Template, ...] = (
         else:
             merged.append((start, end))
     return merged
-''', ("[(1, 3), (2, 5)]", "[(1, 2), (2, 4)]", "[]", "[(5, 6), (1, 2)]", "[(1, 10), (2, 3)]"),
+''', ("[(1, 3), (2, 5)]", "[(1, 2), (2, 4)]", "[]", "[(5, 6), (1, 2)]", "[(1, 10), (2, 3)]", "[(3, 5), (5, 8)]", "[(7, 9), (0, 7)]"),
       {"comparison": ("start <= merged[-1][1]", "start < merged[-1][1]"), "edge_case": ("if merged and start", "if start")}),
     T("interval.intersect", ("intersect", "intersection", "common_span", "overlap_of")
       , {"a": ("a", "first", "left"), "b": ("b", "second", "right")},
@@ -347,7 +348,7 @@ TEMPLATES: tuple[Template, ...] = (
     if start >= end:
         return None
     return (start, end)
-''', ("(1, 5), (3, 8)", "(1, 3), (3, 6)", "(0, 2), (5, 9)", "(2, 4), (0, 10)"),
+''', ("(1, 5), (3, 8)", "(1, 3), (3, 6)", "(0, 2), (5, 9)", "(2, 4), (0, 10)", "(0, 4), (4, 9)", "(5, 8), (2, 5)"),
       {"comparison": ("start >= end", "start > end"), "edge_case": ("    if start >= end:\n        return None\n", "")}),
     T("interval.integers", ("integers", "points", "each_int", "int_range")
       , {"iv": ("span", "interval", "bounds")},
