@@ -21,7 +21,7 @@ from rlyard.agent.replies import bash_reply, heredoc_delimiter, say, shell_quote
 from rlyard.envs.code.repo import apply_patch
 from rlyard.types import Task
 
-SED_SAFE = re.compile(r"[A-Za-z0-9_ (),:<>=!+\-'\"%]*")  # text that means itself in a sed pattern and replacement
+SED_SAFE = re.compile(r"[A-Za-z0-9_ (),:<>=!+\-\"%]*")  # means itself in a sed pattern and replacement, and in '...'
 
 LOOK = ["The issue is about {f}; it is defined in {path}. Let me read it.", "Let me read {path}.",
         "I'll look at {f} in {path}.", "First, the code of {f}.", ""]
@@ -65,7 +65,7 @@ def python_replace(path: str, old: str, new: str) -> str:
 
 def sed_replace(path: str, old: str, new: str) -> str | None:
     """`sed -i 's/old/new/' path` when neither text needs escaping (and no quote breaks the shell word)."""
-    if "\n" in old + new or not SED_SAFE.fullmatch(old + new) or "'" in old + new:
+    if not SED_SAFE.fullmatch(old + new):  # no newline, single quote, regex or replacement metacharacter
         return None
     return f"sed -i 's/{old}/{new}/' {path}"
 
