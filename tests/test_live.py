@@ -182,3 +182,36 @@ def test_sigkill_and_restart_lose_no_reward_and_train_none_twice(tiny_model_dir,
         process.wait()
     trained = [json.loads(line)["session"] for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     assert sorted(trained) == sorted(posted | {"d", "e", "f"})  # each posted reward trained exactly once
+
+
+def test_baselines_follow_their_formulas():
+    from rlyard.live.baselines import Baseline
+
+    rloo = Baseline("rloo", window=3, alpha=0.2)
+    assert rloo.advantages([1.0], ["p"]) == [0.0]  # nothing to compare with
+    assert rloo.advantages([0.0, 1.0], ["p", "q"]) == pytest.approx([0.0 - 2 / 2, 1.0 - 1 / 2])  # pool 1, 0, 1
+    assert list(rloo.history) == [1.0, 0.0, 1.0]
+    assert rloo.advantages([0.0], ["p"]) == pytest.approx([0.0 - 2 / 3])  # the window keeps the last 3
+    per_prompt = Baseline("per_prompt", window=4, alpha=0.5)
+    assert per_prompt.advantages([1.0, 1.0], ["p", "p"]) == pytest.approx([1.0, 0.5])  # V(p): 0 -> 0.5 -> 0.75
+    assert per_prompt.advantages([0.0], ["q"]) == pytest.approx([-1.0])  # a new prompt starts at the window's mean
+    restored = Baseline("per_prompt", window=4, alpha=0.5)
+    restored.load_state_dict(per_prompt.state_dict())
+    assert restored.advantages([1.0], ["p"]) == per_prompt.advantages([1.0], ["p"])
+
+
+def test_journal_drops_a_line_cut_by_a_kill(tmp_path):
+    from rlyard.live.journal import RewardJournal
+    from rlyard.types import Trajectory
+
+    journal = RewardJournal(tmp_path)
+    row = Trajectory("s", "s", [1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.2], [-1, 0, 0])
+    journal.append("a", 1.0, {"c": 1.0}, None, [row])
+    journal.append("b", 0.0, {}, "g", [row])
+    whole = journal.path.read_bytes()
+    journal.path.write_bytes(whole + whole.splitlines(keepends=True)[0][:40])  # a third line, cut mid-write
+    again = RewardJournal(tmp_path)
+    assert [e.session for e in again.unconsumed(set())] == ["a", "b"] and journal.path.read_bytes() == whole
+    assert again.unconsumed({0})[0].trajectories[0] == row and again.get("b").group == "g"
+    with pytest.raises(KeyError):
+        again.append("a", 1.0, {}, None, [row])

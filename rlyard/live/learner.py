@@ -23,8 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rlyard.config import ConfigError, RunConfig
 from rlyard.live.baselines import Baseline, prompt_key
 from rlyard.live.journal import Entry, RewardJournal
@@ -60,7 +58,9 @@ class LiveLearner:
         if config.rollout.engine != "hf" or config.rollout.coalesce:
             raise ConfigError("rlyard serve --learn serves from the hf engine (rollout.engine=hf, rollout.coalesce=false)")
         # the engine gets its own copy of the weights (full fine-tuning too): it samples while the learner steps
-        config = config.model_copy(update={"orchestrate": config.orchestrate.model_copy(update={"mode": "async"})})
+        # and the held-out eval runs at start and every eval.every versions, not when the server stops
+        config = config.model_copy(update={"orchestrate": config.orchestrate.model_copy(update={"mode": "async"}),
+                                           "eval": config.eval.model_copy(update={"at_end": False})})
         self.config, self.run_dir = config, Path(run_dir)
         self.run = Run(config, self.run_dir, resume=True)  # the newest checkpoint of the folder, if any
         self.c = c = self.run.c
@@ -138,12 +138,12 @@ class LiveLearner:
 
     # ------------------------------------------------------------------ the learner thread
     def start(self) -> "LiveLearner":
-        self.run.__enter__()
         self.thread.start()
         return self
 
     def _loop(self) -> None:
         try:
+            self.run.__enter__()  # the base model's held-out eval (eval.at_start), here: the server is up meanwhile
             while not self.stopped:
                 if self.version >= self.config.train.steps:  # train.steps versions: the server goes on serving
                     time.sleep(0.2)
@@ -260,5 +260,4 @@ class LiveLearner:
             self.cond.notify_all()
         if self.thread.is_alive():
             self.thread.join(timeout=60)
-        with torch.no_grad():
-            self.run.__exit__(None, None, None)
+        self.run.__exit__(None, None, None)  # closes the logs; the reward plot
