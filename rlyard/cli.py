@@ -220,7 +220,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.learn:  # serve and train on the served sessions (docs/live.md)
-        from rlyard.live.service import run_live
+        from rlyard.live.cli import run_live
 
         return run_live(args)
     from rlyard.serve import RlyardServer, serve
