@@ -71,4 +71,8 @@ def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None =
              progress: Callable[[Check], None] | None = None, n: int | None = None) -> list[Check]:
     """Check every task of both splits (or only `task_ids`), `jobs` at a time; `n`: only the first n
     (`source: generated` has thousands; its first ones cover every schema, question, storage and output)."""
+    if (options or {}).get("source") == "generated" and n is None:  # --task too: ids are looked up among the first n
+        from rlyard.errors import ConfigError
+
+        raise ConfigError("source: generated has 98,000 tasks; validate the first N of them with -n N (e.g. -n 300; --task ids among them)")
     return check_every_task(make_tasks, check_task, options, task_ids, jobs, progress, n)
