@@ -74,5 +74,6 @@ def validate(options: dict[str, Any] | None = None, task_ids: list[str] | None =
     if (options or {}).get("source") == "generated" and n is None:  # --task too: ids are looked up among the first n
         from rlyard.errors import ConfigError
 
-        raise ConfigError("source: generated has 98,000 tasks; validate the first N of them with -n N (e.g. -n 300; --task ids among them)")
+        raise ConfigError("source: generated has 98,000 tasks; validate the first N of them with -n N "
+                          "(e.g. -n 300; --task ids among them)")
     return check_every_task(make_tasks, check_task, options, task_ids, jobs, progress, n)
