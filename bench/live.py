@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--probe-every", type=int, default=4)
     parser.add_argument("--probe-size", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: on a busy CPU, two spin-wait)")
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "live.json"))
     args = parser.parse_args()
@@ -120,11 +120,16 @@ def main() -> None:
             if (r + 1) % args.probe_every == 0 or r + 1 == args.steps:
                 versions.append({"version": r + 1, "success": probe(url, held_out, pool), "sessions": now["trained_sessions"]})
                 print(f"[live bench] version {r + 1}: held-out {versions[-1]['success']:.1%}", flush=True)
-        final = status(url)
+                write(args, config, versions, posted, status(url), rewards_by_step, started, r + 1 < args.steps)
     finally:
         service.close()
         pool.shutdown(wait=False, cancel_futures=True)
-    result = {"commit": commit(), "config": "configs/quickstart.yaml", "model": config.model.name,
+
+
+def write(args, config, versions: list[dict], posted: int, final: dict, rewards_by_step: list[float], started: float,
+          partial: bool) -> None:
+    """The result file, rewritten after every probe (`partial` until the last one)."""
+    result = {"partial": partial, "commit": commit(), "config": "configs/quickstart.yaml", "model": config.model.name,
               "steps": args.steps, "sessions_per_step": GROUPS * N, "probe_size": args.probe_size,
               "probe": "greedy, 32 tokens, held-out arith problems, through the same server", "versions": versions,
               "rewards_posted": posted, "rewards_journaled": final["rewards_posted"], "stale_dropped": final["stale_dropped"],
@@ -133,7 +138,8 @@ def main() -> None:
               "load_average_at_end": os.getloadavg()[0], "niced": os.nice(0) > 0}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("versions", "rewards_posted", "stale_dropped", "seconds")}))
+    if not partial:
+        print(json.dumps({k: result[k] for k in ("versions", "rewards_posted", "stale_dropped", "seconds")}))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ serving alone, as ratios from one run.
 One server, the same client load in both phases: --clients threads, each sending lone session
 requests (an arith prompt, --max-tokens tokens, temperature 1) back to back for --seconds.
 Phase 1 (serving alone): no reward is posted, the learner is idle. Phase 2 (serving + learning):
-every finished session's reward is posted at once, so the learner trains a step whenever
+every finished session's reward is posted at once (by two poster threads, so the clients' request
+loops are the same in both phases), so the learner trains a step whenever
 `live.sessions_per_step` rewards are in and pushes its weights between two engine calls.
 Latency is the client's wall time per request (p50 / p99); the ratio is phase 2 over phase 1.
 The reward posts' own latency (journal write and fsync included) is reported too.
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from queue import Queue
 
 import httpx
 import torch
@@ -52,9 +54,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def phase(url: str, tasks, clients: int, seconds: float, max_tokens: int, learn: bool, tag: str,
           posts: list[float] | None = None) -> list[float]:
-    """Latencies of every request the clients finish within `seconds` (and of each reward post, into `posts`)."""
+    """Latencies of every request the clients finish within `seconds`. With `learn`, each finished
+    session's reward goes to a queue that two poster threads post from (their latencies into
+    `posts`), so the clients send requests exactly as in the phase without learning."""
     latencies: list[float] = []
-    lock, deadline = threading.Lock(), time.monotonic() + seconds
+    lock, deadline, queue = threading.Lock(), time.monotonic() + seconds, Queue()
 
     def client(k: int) -> None:
         http = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=3600)
@@ -68,17 +72,25 @@ def phase(url: str, tasks, clients: int, seconds: float, max_tokens: int, learn:
             with lock:
                 latencies.append(elapsed)
             if learn:
-                reward = verify(reply.choices[0].message.content, task).value
-                started = time.perf_counter()
-                httpx.post(f"{url}/v1/sessions/{sid}/reward", headers=AUTH, json={"reward": reward}, timeout=600).raise_for_status()
-                with lock:
-                    posts.append(time.perf_counter() - started)
+                queue.put((sid, verify(reply.choices[0].message.content, task).value))
             i += 1
 
+    def poster() -> None:
+        while (item := queue.get()) is not None:
+            started = time.perf_counter()
+            httpx.post(f"{url}/v1/sessions/{item[0]}/reward", headers=AUTH, json={"reward": item[1]}, timeout=600).raise_for_status()
+            with lock:
+                posts.append(time.perf_counter() - started)
+
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
+    posters = [threading.Thread(target=poster) for _ in range(2 if learn else 0)]
+    for t in threads + posters:
         t.start()
     for t in threads:
+        t.join()
+    for _ in posters:
+        queue.put(None)
+    for t in posters:
         t.join()
     return latencies
 
@@ -95,7 +107,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--sessions-per-step", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: on a busy CPU, two spin-wait)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "live_latency.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -133,6 +133,8 @@ def test_live_loop_versions_rewards_staleness_and_routes(tiny_model_dir, tmp_pat
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "live/sessions" in r] == [1, 2]
     assert rows[-1]["live/rollback_to"] == 0.0
+    trained = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trained) == 8 and all(row["completion"] for row in trained)  # the reply text, for rlyard view
     dropped = [json.loads(line) for line in (tmp_path / "run" / "dropped.jsonl").read_text().splitlines()]
     assert [(d["dropped"], d["task_id"]) for d in dropped] == [("stale", "old"), ("rolled_back", "graded")]
 

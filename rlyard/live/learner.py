@@ -174,8 +174,9 @@ class LiveLearner:
         entries = [e for u in fresh for e in u.entries]
         for k, e in enumerate(entries):
             for t in e.trajectories:
+                text = t.completion_text or c.tokenizer.decode([i for i, m in zip(t.token_ids, t.loss_mask) if m], skip_special_tokens=True)
                 batch.append(replace(t, reward=e.reward, components=dict(e.components), group_id=e.group or e.session,
-                                     episode_id=e.session, task_id=e.extra.get("task", e.session)))
+                                     episode_id=e.session, task_id=e.extra.get("task", e.session), completion_text=text))
                 owners.append(k)
         scores = c.learner.score(batch)
         targets = compute_advantages(config, batch, scores)
