@@ -90,7 +90,7 @@ def main() -> None:
     train = get_family("arith").make_tasks("train", GROUPS * (args.steps + 1), config.env.seed, **options)
     held_out = get_family("arith").make_tasks("eval", args.probe_size, config.env.seed, **options)
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="rlyard-live-"))
-    started = time.perf_counter()
+    started, code = time.perf_counter(), commit()  # the code at the start (others may commit meanwhile)
     service = LiveService(config, run_dir, KEY, port=0, model_name="policy").start()
     url, versions, posted = service.url, [], 0
     pool = ThreadPoolExecutor(max_workers=16)
@@ -120,16 +120,16 @@ def main() -> None:
             if (r + 1) % args.probe_every == 0 or r + 1 == args.steps:
                 versions.append({"version": r + 1, "success": probe(url, held_out, pool), "sessions": now["trained_sessions"]})
                 print(f"[live bench] version {r + 1}: held-out {versions[-1]['success']:.1%}", flush=True)
-                write(args, config, versions, posted, status(url), rewards_by_step, started, r + 1 < args.steps)
+                write(args, config, code, versions, posted, status(url), rewards_by_step, started, r + 1 < args.steps)
     finally:
         service.close()
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def write(args, config, versions: list[dict], posted: int, final: dict, rewards_by_step: list[float], started: float,
+def write(args, config, code: str, versions: list[dict], posted: int, final: dict, rewards_by_step: list[float], started: float,
           partial: bool) -> None:
     """The result file, rewritten after every probe (`partial` until the last one)."""
-    result = {"partial": partial, "commit": commit(), "config": "configs/quickstart.yaml", "model": config.model.name,
+    result = {"partial": partial, "commit": code, "config": "configs/quickstart.yaml", "model": config.model.name,
               "steps": args.steps, "sessions_per_step": GROUPS * N, "probe_size": args.probe_size,
               "probe": "greedy, 32 tokens, held-out arith problems, through the same server", "versions": versions,
               "rewards_posted": posted, "rewards_journaled": final["rewards_posted"], "stale_dropped": final["stale_dropped"],

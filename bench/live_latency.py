@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "live_latency.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    work = Path(tempfile.mkdtemp(prefix="rlyard-live-latency-"))
+    code, work = commit(), Path(tempfile.mkdtemp(prefix="rlyard-live-latency-"))  # the code at the start
     model = "embedded" if args.model == "embedded" else str(save_tiny_llama(work / "tiny", load_tokenizer("embedded")))
     config = load_config(ROOT / "configs" / "quickstart.yaml", [
         f"model.name={model}", "eval.size=0", f"live.sessions_per_step={args.sessions_per_step}", "train.steps=100000",
@@ -128,7 +128,7 @@ def main() -> None:
     finally:
         service.close()
     a, b = summary(alone), summary(learning)
-    result = {"commit": commit(), "model": args.model, "clients": args.clients, "seconds_per_phase": args.seconds,
+    result = {"commit": code, "model": args.model, "clients": args.clients, "seconds_per_phase": args.seconds,
               "max_tokens": args.max_tokens, "sessions_per_step": args.sessions_per_step, "torch_threads": args.threads,
               "serving_alone": a, "serving_while_learning": b, "reward_post": summary(posts),
               "weight_swaps_during_learning": after["policy_version"] - before, "stale_dropped": after["stale_dropped"],
