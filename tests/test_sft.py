@@ -225,13 +225,33 @@ def test_sft_cuts_the_first_prompt_at_the_default_prompt_limit(tokenizer, render
     row = demo(7)
     row["messages"][1]["content"] += LONG_TASK
     path = write_jsonl(tmp_path / "demos.jsonl", [row, demo(1)])
-    config = load_config(None, [f"sft.data={path}", "sft.eval_fraction=0", "agent.max_total_tokens=400",
+    config = load_config(None, [f"sft.data={path}", "sft.eval_fraction=0", "env.name=files", "agent.max_total_tokens=400",
                                 "agent.max_tokens_per_turn=64"])
     data = prepare_data(config, renderer, renderer.reply_stop_id())
     example = next(e for e in data.train.examples if e.source.endswith("line 1"))
     prompt = example.loss_mask.index(1)
     assert prompt <= 336 and "characters cut" in tokenizer.decode(example.token_ids[:prompt])
     assert len(example.token_ids) <= 400 and data.train.ended == {"token_budget": 1}
+
+
+def test_a_single_turn_family_keeps_its_reply_up_to_rollout_max_new_tokens(tokenizer, renderer, tmp_path):
+    """A single-turn family samples one reply of rollout.max_new_tokens after its whole prompt; the
+    agent loop's agent.* limits (128 tokens a turn by default) never apply to it, so SFT keeps a
+    reply of over 128 tokens whole under max_new_tokens 256 and cuts it at 64 under max_new_tokens 64."""
+    from rlyard.sft.train import prepare_data
+
+    reply = " ".join(f"bar{i}" for i in range(60))
+    row = {"messages": [{"role": "user", "content": "Write a tune." + LONG_TASK}, {"role": "assistant", "content": reply}]}
+    path = write_jsonl(tmp_path / "demos.jsonl", [row])
+    for max_new, ended in ((256, {}), (64, {"turn_token_limit": 1})):
+        config = load_config(None, [f"sft.data={path}", "sft.eval_fraction=0", "env.name=arith", f"rollout.max_new_tokens={max_new}",
+                                    "agent.max_total_tokens=300", "agent.max_tokens_per_turn=32"])
+        data = prepare_data(config, renderer, renderer.reply_stop_id())
+        [example] = data.train.examples
+        trained = sum(example.loss_mask)
+        assert (trained > 128) if max_new == 256 else (trained <= 64), trained
+        assert "characters cut" not in tokenizer.decode(example.token_ids)  # the whole prompt, whatever agent.* says
+        assert {k: v for k, v in data.train.ended.items() if k != "done"} == ended, data.train.ended
 
 
 def test_the_data_order_is_a_function_of_seed_and_step():

@@ -17,14 +17,15 @@ starts an RL run with `model.init_from`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from rlyard.agent.loop import TemplateRenderer
+from rlyard.agent.loop import AgentLimits, TemplateRenderer
 from rlyard.config import ConfigError, RunConfig, SftConfig, dump_config
+from rlyard.envs import get_family
 from rlyard.models import autocast, autocast_choice, load_tokenizer
 from rlyard.observe import MetricsLogger, plot_reward_curve
 from rlyard.observe.metrics import METRICS_FILE
@@ -110,9 +111,21 @@ def train_step(model, optimizer, micro_batches: list[list[Example]], lr: float, 
     return {"loss/train": loss / tokens, "loss/grad_norm": float(grad_norm), "train/lr": lr, "train/tokens": float(tokens)}
 
 
+def sft_limits(config: RunConfig) -> AgentLimits:
+    """The rollout's limits, so SFT trains on what an episode would hold. A multi-turn family's
+    episode is the agent loop's (agent.*); a single-turn family's is one reply of at most
+    rollout.max_new_tokens after its whole prompt, which agent.* never touches."""
+    limits = agent_limits(config)
+    if get_family(config.env.name).multi_turn:
+        return limits
+    uncut = 1 << 40
+    return replace(limits, max_turns=1, max_tokens_per_turn=config.rollout.max_new_tokens, max_total_tokens=uncut,
+                   max_prompt_tokens=uncut)
+
+
 def prepare_data(config: RunConfig, renderer: TemplateRenderer, stop_id: int) -> SftData:
     """The training and held-out examples: sft.data, and sft.eval_data or a held-out share of sft.data."""
-    s, limits = config.sft, agent_limits(config)  # the rollout's limits: SFT trains on what an episode would hold
+    s, limits = config.sft, sft_limits(config)
     if not s.data:
         raise ConfigError("sft.data: no data file given; run `rlyard sft DATA.jsonl` or set sft.data in the config")
     conversations = load_conversations(s.data)
