@@ -101,6 +101,13 @@ class RunConfig(Strict):
         return self
 
 
+def engine_dtype(config: RunConfig) -> str:
+    """The engine's weight dtype: `rollout.dtype` with None and "auto" resolved (docs/configuration.md)."""
+    from rlyard.models.loading import engine_dtype_choice  # here, not at the top: the schema itself needs no torch
+
+    return engine_dtype_choice(config.rollout.dtype, config.model.dtype, config.model.device)[0]
+
+
 def training_algo(config: RunConfig) -> AlgoConfig:
     """The learner's `algo` section with the defaults that depend on other sections resolved, as a
     copy (the config itself stays as written, so a saved run reads back the same): rollouts on int8
@@ -111,9 +118,9 @@ def training_algo(config: RunConfig) -> AlgoConfig:
     from rlyard.models.loading import autocast_choice  # here, not at the top: the schema itself needs no torch
 
     algo = config.algo
-    other_dtype = (config.rollout.dtype or config.model.dtype) != config.model.dtype
+    other_dtype = engine_dtype(config) != config.model.dtype
     learner_bf16 = config.model.autocast != "none" and autocast_choice(config.model.autocast, config.model.device)[0] is not None
-    engine_bf16 = (config.rollout.dtype or config.model.dtype) == "bfloat16"
+    engine_bf16 = engine_dtype(config) == "bfloat16"
     off_policy = (config.rollout.quantize == "int8" or other_dtype or config.rollout.engine in ("openai", "vllm")
                   or (learner_bf16 and not engine_bf16))
     if off_policy and algo.tis_cap is None and not algo.decoupled:

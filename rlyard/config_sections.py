@@ -65,7 +65,7 @@ class RolloutConfig(Strict):
     max_new_tokens: int = Field(32, ge=1)
     truncated_reward: float | None = None  # reward of a reply cut at max_new_tokens; None = verify it as is
     quantize: Literal["none", "int8"] = "none"  # int8: CPU decode on int8 kernels (TIS on by default); see docs/benchmarks.md
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None  # the engine's weights (None: model.dtype); docs/configuration.md
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = None  # the engine's weights (None: model.dtype; auto: bf16 where native); docs/configuration.md
     prefix_cache_mb: int = Field(2048, ge=0)  # keys / values kept between an episode's turns (0 = off); docs/agents.md
     engine: Literal["hf", "openai", "vllm"] = "hf"  # hf: rlyard's transformers engine in process; openai: an OpenAI-compatible server; vllm: vLLM's Python engine (docs/engines.md)
     base_url: str | None = None  # engine=openai: the server's URL ending in /v1, e.g. http://127.0.0.1:8000/v1

@@ -9,7 +9,8 @@ train tasks, default 256), RL_SEEDS (default "0"), THREADS (default 2), BUILTIN 
 the config's generated tasks into the family's built-in ones, e.g. "env.options.source=null"; each
 stage is then also evaluated there, reported as it is; empty: skipped), BUILTIN_SIZE (tasks of that
 evaluation, default: all the built-in eval tasks up to 100), RESULT (also write the summary there,
-e.g. bench/results/learn_<family>.json).
+e.g. bench/results/learn_<family>.json). Run again with the same OUT, the recipe keeps the stages
+that finished (`stage_seconds.json`) and goes on from the first that did not.
 
 Every stage is an `rlyard` command a user could type; this file only runs them in order, times
 them and writes `summary.json` in the shape shared by every family (DESIGN.md, "Every family
@@ -86,12 +87,18 @@ def main(argv: list[str]) -> int:
     family, options = resolved["env"]["name"], resolved["env"].get("options") or {}
     out.mkdir(parents=True, exist_ok=True)
     code_version, host = commit(), machine()
-    seconds: dict[str, float] = {}
+    done_file = out / "stage_seconds.json"  # the stages finished so far: a killed recipe run again in OUT goes on from there
+    seconds: dict[str, float] = json.loads(done_file.read_text()) if done_file.exists() else {}
 
     def timed(name: str, *args: str) -> None:
+        if name in seconds:
+            print(f"== {name}: done before in {out} ({seconds[name]} s), kept", flush=True)
+            return
         t0 = time.monotonic()
         rlyard(*args)
         seconds[name] = round(time.monotonic() - t0, 1)
+        (out / "stage_seconds.json.tmp").write_text(json.dumps(seconds, indent=1))
+        os.replace(out / "stage_seconds.json.tmp", done_file)
 
     def evaluate(stage: str, checkpoint: str | None) -> None:
         where = ["--checkpoint", checkpoint] if checkpoint else [config]

@@ -111,3 +111,20 @@ def test_a_bf16_engine_under_a_float32_learner_gets_tis_by_default():
     assert training_algo(load_config(None, ["rollout.dtype=bfloat16", "algo.tis_cap=4"])).tis_cap == 4.0
     assert training_algo(load_config(None, ["rollout.dtype=float32"])).tis_cap is None  # the learner's own dtype
     assert training_algo(load_config(None, ["model.dtype=bfloat16"])).tis_cap is None  # engine follows model.dtype
+
+
+@pytest.mark.parametrize("flags, expected", [(set(), "float32"), ({"avx2", "fma"}, "float32"),
+                                             ({"avx2", "amx_bf16"}, "bfloat16"), ({"avx512_bf16"}, "bfloat16")])
+def test_an_auto_engine_dtype_is_bf16_only_where_the_cpu_has_it(monkeypatch, flags, expected):
+    """On an AVX2 CPU a bf16 engine is emulated: 6x slower prefill, 2x slower decode than float32."""
+    import rlyard.models.loading as loading
+    from rlyard.config import engine_dtype, training_algo
+
+    monkeypatch.setattr(loading, "cpu_flags", lambda: flags)
+    config = load_config(None, ["rollout.dtype=auto"])
+    assert engine_dtype(config) == expected
+    assert (training_algo(config).tis_cap == 2.0) == (expected == "bfloat16")  # an engine off the learner's dtype gets TIS
+    chosen, why = loading.engine_dtype_choice("auto", "float32", "cpu")
+    assert chosen == expected and f"chose {expected}" in why
+    assert loading.engine_dtype_choice(None, "float32", "cpu")[0] == "float32"
+    assert loading.engine_dtype_choice("bfloat16", "float32", "cpu")[0] == "bfloat16"  # named: taken as it is

@@ -49,6 +49,7 @@ from pathlib import Path
 from rlyard.errors import ConfigError
 from rlyard.engines.base import fold_seed
 from rlyard.models import is_peft, resolve_model_path
+from rlyard.models.loading import engine_dtype_choice
 from rlyard.models.lora import save_adapter
 from rlyard.types import Completion, SamplingParams
 
@@ -343,7 +344,7 @@ def build_vllm_engine(config, model, tokenizer, train: bool) -> VLLMEngine:
     lora = is_peft(model)
     if train and not lora and vllm_device() != "cuda":
         raise ConfigError(full_weights_message(False))
-    dtype = rollout.dtype or config.model.dtype
+    dtype = engine_dtype_choice(rollout.dtype, config.model.dtype, vllm_device())[0]
     options = dict(rollout.engine_options)
     try:
         return VLLMEngine(engine_model_path(config, model, tokenizer), model, dtype=dtype, seed=config.train.seed,

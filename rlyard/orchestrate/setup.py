@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlyard.config import ConfigError, ModelConfig, RunConfig, load_run_config, loss_constant, training_algo
+from rlyard.config import ConfigError, ModelConfig, RunConfig, engine_dtype, load_run_config, loss_constant, training_algo
 from rlyard.data import TaskStream
 from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
-from rlyard.models import TORCH_DTYPES, add_lora, autocast_choice, is_peft, load_model, load_tokenizer
+from rlyard.models import TORCH_DTYPES, add_lora, autocast_choice, engine_dtype_choice, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, merged_weights, trainable_state_dict
 from rlyard.models.templates import end_of_message_id
 from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
@@ -100,6 +100,8 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
 
         learner = GroupLearner(learner, followers)
     if engine is None:
+        if config.rollout.dtype == "auto" and config.rollout.engine == "hf":
+            print(f"[rlyard] {engine_dtype_choice(config.rollout.dtype, config.model.dtype, config.model.device)[1]}", flush=True)
         engine = config_engine(config, model, tokenizer, train)
     return Components(tokenizer, model, engine, learner, family, stream, eval_tasks, stop_tokens(tokenizer))
 
@@ -211,7 +213,7 @@ def engine_model_for(model, config: RunConfig):
     linear layers and `rollout.dtype` gives the engine weights of another dtype, so the engine gets
     its own copy and receives every weight with each update (cast to its dtype as it is copied in).
     """
-    dtype = TORCH_DTYPES[config.rollout.dtype or config.model.dtype]
+    dtype = TORCH_DTYPES[engine_dtype(config)]
     own = config.orchestrate.mode != "sync" or config.rollout.quantize != "none" or next(model.parameters()).dtype != dtype
     if not is_peft(model) and not own:
         return model
@@ -228,7 +230,7 @@ def openai_engine(config: RunConfig, model, tokenizer, train: bool) -> OpenAIEng
         raise ConfigError("rollout.base_url: rollout.engine=openai needs the server's URL, e.g. "
                           "rollout.base_url=http://127.0.0.1:8000/v1")
     for name, value, default in (("quantize", rollout.quantize, "none"), ("dtype", rollout.dtype, None)):
-        if value != default:
+        if value not in (default, "auto"):
             raise ConfigError(f"rollout.{name}={value} sets the hf engine's weights; with rollout.engine=openai the "
                               "server picks its own (e.g. vllm serve --dtype)")
     if train and not is_peft(model):
