@@ -102,10 +102,12 @@ def main(argv: list[str]) -> int:
 
     def evaluate(stage: str, checkpoint: str | None) -> None:
         where = ["--checkpoint", checkpoint] if checkpoint else [config]
-        timed(f"eval_{stage}", "eval", *where, *common, "--output", str(out / f"eval_{stage}.json"))
+        timed(f"eval_{stage}", "eval", *where, *common, "--output", str(out / f"eval_{stage}.json"),
+              "--trajectories", str(out / f"episodes_{stage}"))
         if builtin:
             size = ["--size", os.environ["BUILTIN_SIZE"]] if os.environ.get("BUILTIN_SIZE") else []
-            timed(f"builtin_{stage}", "eval", *where, *common, *builtin, *size, "--output", str(out / f"builtin_{stage}.json"))
+            timed(f"builtin_{stage}", "eval", *where, *common, *builtin, *size, "--output", str(out / f"builtin_{stage}.json"),
+                  "--trajectories", str(out / f"episodes_builtin_{stage}"))
 
     print(f"== 1/4 collect: {demos} oracle demonstrations on {family} train tasks", flush=True)
     timed("collect", "collect", family, *option_flags(options), "-n", str(demos), "--out", str(out / "demos.jsonl"), "--no-progress")

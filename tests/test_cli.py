@@ -97,6 +97,27 @@ def test_eval_checkpoint_writes_results(tiny_run, tmp_path, capsys):
     assert "accuracy" in capsys.readouterr().out
 
 
+def test_eval_keeps_its_greedy_episodes_for_the_viewer(tiny_run, tmp_path, capsys):
+    """--trajectories: one row per held-out task, with the reward the result counts, read back by
+    the viewer's own index; a second evaluation into the same folder replaces the first's rows."""
+    import json
+
+    from rlyard.observe.viewer.index import TrajectoryIndex
+
+    out, kept = tmp_path / "eval.json", tmp_path / "episodes"
+    for _ in range(2):
+        assert main(["eval", "--checkpoint", str(tiny_run), "--output", str(out), "--trajectories", str(kept)]) == 0
+    rows = [json.loads(line) for line in (kept / "trajectories.jsonl").read_text().splitlines()]
+    result = json.loads(out.read_text())
+    assert len(rows) == result["tasks"] == 3 and len({r["task_id"] for r in rows}) == 3
+    assert sum(r["reward"] >= 1.0 for r in rows) / 3 == result["accuracy"]
+    assert all(r["prompt"] and "segments" in r and r["step"] == 0 for r in rows)
+    index = TrajectoryIndex(kept / "trajectories.jsonl", tmp_path / "index.sqlite")
+    index.update()
+    assert index.count() == 3
+    assert "rlyard view" in capsys.readouterr().out
+
+
 def test_eval_checkpoint_applies_overrides(tiny_run, tmp_path, capsys):
     out = tmp_path / "eval.json"
     # a bad override must be reported, not ignored while the eval runs anyway

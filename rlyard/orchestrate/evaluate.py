@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from rlyard.agent.loop import AgentLimits
 from rlyard.engines.base import Engine
@@ -35,7 +36,7 @@ def one_per_episode(trajectories: list[Trajectory]) -> list[Trajectory]:
 def evaluate(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], max_new_tokens: int, stop_token_ids: tuple[int, ...],
     batch_size: int = 64, samples: int = 0, k: int = 1, temperature: float = 1.0, seed: int = 0, progress=None,
-    limits: AgentLimits | None = None,
+    limits: AgentLimits | None = None, on_greedy: Callable[[list[Trajectory]], None] | None = None,
 ) -> dict[str, float | int]:
     """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`.
 
@@ -47,6 +48,7 @@ def evaluate(
     reward is a weighted sum of `env.reward` functions rather than 0 / 1. Besides accuracy: mean sampled tokens,
     mean turns and the mean of each reward component over the greedy episodes (for tool families
     e.g. `mean_malformed_calls`, `mean_tool_calls`: how an agent behaves, not only whether it won).
+    `on_greedy` gets each batch of greedy episodes (`rlyard eval --trajectories` keeps them to read).
     """
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     correct, infra, lengths, turns, components, rewards = 0, 0, [], [], {}, []
@@ -55,7 +57,10 @@ def evaluate(
     tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start : start + batch_size]
-        for traj in one_per_episode(rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits)):
+        episodes = one_per_episode(rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits))
+        if on_greedy is not None:
+            on_greedy(episodes)
+        for traj in episodes:
             correct += traj.reward >= 1.0
             infra += traj.infra_error
             rewards += [] if traj.infra_error else [traj.reward]
