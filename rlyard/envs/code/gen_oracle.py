@@ -26,9 +26,14 @@ SED_SAFE = re.compile(r"[A-Za-z0-9_ (),:<>=!+\-\"%]*")  # means itself in a sed 
 LOOK = ["The issue is about {f}; it is defined in {path}. Let me read it.", "Let me read {path}.",
         "I'll look at {f} in {path}.", "First, the code of {f}.", ""]
 FIND = ["Where is {f} defined?", "Let me find {f}.", "I'll search for the definition of {f}.", ""]
-FIX = ["{f} uses `{old}`; it should be `{new}`.", "The bug is `{old}`. Replacing it with `{new}`.",
-       "Found the bug in {f}. Fixing it.", "That line is wrong; fixing it.", "Now the fix.", ""]
-GUARD = ["{f} is missing a case; adding it.", "The case from the issue is not handled. Adding it to {f}.", ""]
+# Every fix names the function and quotes its wrong line first: a small model that skips this
+# step (the first code SFT policy, 96 demonstrations) copies a line of the module exactly, but of
+# another helper, or the right one unchanged.
+FIX = ["{f} uses `{old}`; it should be `{new}`.", "In {f}, `{old}` is wrong. Replacing it with `{new}`.",
+       "The bug is in {f}: `{old}`. It should be `{new}`.", "{f} has `{old}`, which gives the result in the issue; fixing it to `{new}`."]
+GUARD = ["{f} is missing the case from the issue before `{line}`; adding it.",
+         "The case from the issue is not handled in {f}: it reaches `{line}`. Adding a guard.",
+         "In {f}, `{line}` runs for the issue's input too; it needs a case before it."]
 CHECK = ["Let me check the call from the issue.", "Checking the example from the issue.", ""]
 DONE = ["", "The fix is in.", "Done."]
 SUMMARY = ["fixed {f} in {path}", "fix {f}", "{f} now returns the expected result", "corrected {f}"]
@@ -89,7 +94,8 @@ def oracle(task: Task, rng: random.Random) -> list[str]:
                                   f"cat > {path} <<'{delimiter}'\n{after}{delimiter}"))
     else:
         old, new = found
-        thought = say(rng, GUARD if "\n" in old + new else FIX, old=old, new=new, **facts)
+        line = next((text.strip() for text in old.splitlines() if text.strip()), old)
+        thought = say(rng, GUARD if "\n" in old + new else FIX, old=old, new=new, line=line, **facts)
         sed = sed_replace(path, old, new) if rng.random() < 0.3 else None
         replies.append(bash_reply(thought, sed or python_replace(path, old, new)))
     if rng.random() < 0.3:
