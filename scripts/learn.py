@@ -73,6 +73,17 @@ def spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
 
 
+def verdict(stages: dict, rl: dict) -> dict:
+    """The issue's test, per metric: SFT above base and RL above SFT, each by more than the spread
+    (the sd of RL over seeds; base and SFT are one run each, so theirs is not measured)."""
+    out = {}
+    for metric in ("success", "mean_reward"):
+        base, sft, mean, sd = stages["base"][metric], stages["sft"][metric], rl[metric]["mean"], rl[metric]["sd"]
+        out[metric] = {"sft_minus_base": round(sft - base, 4), "rl_minus_sft": round(mean - sft, 4), "rl_sd": round(sd, 4),
+                       "sft_above_base": sft - base > sd, "rl_above_sft": mean - sft > sd}
+    return out
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -86,7 +97,13 @@ def main(argv: list[str]) -> int:
     resolved = resolved_config(config, common)
     family, options = resolved["env"]["name"], resolved["env"].get("options") or {}
     out.mkdir(parents=True, exist_ok=True)
-    code_version, host = commit(), machine()
+    first_run = out / "provenance.json"  # the commit and machine of the first invocation: a resumed recipe keeps them
+    provenance = json.loads(first_run.read_text()) if first_run.exists() else {"commit": commit(), "machine": machine()}
+    if not first_run.exists():
+        first_run.write_text(json.dumps(provenance, indent=1))
+    elif commit() != provenance["commit"]:
+        provenance["resumed_at_commit"] = commit()
+    code_version, host = provenance["commit"], provenance["machine"]
     done_file = out / "stage_seconds.json"  # the stages finished so far: a killed recipe run again in OUT goes on from there
     seconds: dict[str, float] = json.loads(done_file.read_text()) if done_file.exists() else {}
 
@@ -135,6 +152,10 @@ def main(argv: list[str]) -> int:
         "stages": stages,
         "rl": {"success": spread([r["success"] for r in rl]), "mean_reward": spread([r["mean_reward"] for r in rl])} if rl else {},
     }
+    if "resumed_at_commit" in provenance:
+        summary["resumed_at_commit"] = provenance["resumed_at_commit"]
+    if rl:
+        summary["verdict"] = verdict(stages, summary["rl"])
     if builtin:
         summary["builtin"] = {"overrides": builtin, "stages": {
             name: stage_result(out / f"builtin_{name}.json", seconds[f"builtin_{name}"]) for name in names}}
@@ -152,6 +173,10 @@ def main(argv: list[str]) -> int:
         print(f"RL over seeds {' '.join(seeds)}: success mean {s['mean']:.1%}, sd {s['sd']:.1%}")
     for name, result in summary.get("builtin", {}).get("stages", {}).items():
         print(f"built-in {name:<12} success {result['success']:.1%} reward {result['mean_reward']:.3f} ({result['tasks']} tasks)")
+    for metric, v in summary.get("verdict", {}).items():
+        print(f"{metric}: SFT - base {v['sft_minus_base']:+.3f}, RL - SFT {v['rl_minus_sft']:+.3f}, RL sd {v['rl_sd']:.3f}: "
+              f"SFT above base {'yes' if v['sft_above_base'] else 'NO'}, RL above SFT {'yes' if v['rl_above_sft'] else 'NO'} "
+              "(each by more than the sd)")
     print(f"one seed end to end: {summary['one_seed_minutes']} min; {out / 'summary.json'}")
     return 0
 
