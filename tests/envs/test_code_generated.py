@@ -111,3 +111,19 @@ def test_a_reply_that_does_nothing_scores_0():
     task = make_tasks("eval", 1, 2, **BASH_BLOCK)[0]
     _, reward = play(get_family("code"), task, ["```bash\nsubmit looks fine to me\n```"])
     assert reward.value == 0.0 and not reward.infra_error
+
+
+def test_the_oracle_names_the_function_and_quotes_its_wrong_line_before_every_edit():
+    """A 135M model taught edits without this step copied a line of another helper (docs/code.md)."""
+    from rlyard.envs.code.gen_oracle import replacement
+
+    for task in make_tasks("train", 60, 3, **BASH_BLOCK) + make_tasks("eval", 30, 3, **BASH_BLOCK):
+        g, files = task.payload["generated"], task.payload["source"]["files"]
+        before = files[g["path"]]
+        found = replacement(before, apply_patch({g["path"]: before}, task.payload["patch"])[g["path"]])
+        if found is None:
+            continue
+        edit = next(r for r in generated_oracle(task, random.Random(task.id)) if "python3 - <<" in r or "sed -i" in r)
+        thought = edit.split("```", 1)[0]
+        first_line = next(line.strip() for line in found[0].splitlines() if line.strip())
+        assert g["function"] in thought and f"`{first_line}`" in thought, (thought, first_line)
