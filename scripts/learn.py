@@ -101,9 +101,8 @@ def main(argv: list[str]) -> int:
     provenance = json.loads(first_run.read_text()) if first_run.exists() else {"commit": commit(), "machine": machine()}
     if not first_run.exists():
         first_run.write_text(json.dumps(provenance, indent=1))
-    elif commit() != provenance["commit"]:
-        provenance["resumed_at_commit"] = commit()
-    code_version, host = provenance["commit"], provenance["machine"]
+    code_version, host, now = provenance["commit"], provenance["machine"], commit()
+    ran: list[str] = []  # the stages this invocation ran (none: it only rewrites the summary)
     done_file = out / "stage_seconds.json"  # the stages finished so far: a killed recipe run again in OUT goes on from there
     seconds: dict[str, float] = json.loads(done_file.read_text()) if done_file.exists() else {}
 
@@ -112,6 +111,7 @@ def main(argv: list[str]) -> int:
             print(f"== {name}: done before in {out} ({seconds[name]} s), kept", flush=True)
             return
         t0 = time.monotonic()
+        ran.append(name)
         rlyard(*args)
         seconds[name] = round(time.monotonic() - t0, 1)
         (out / "stage_seconds.json.tmp").write_text(json.dumps(seconds, indent=1))
@@ -152,8 +152,8 @@ def main(argv: list[str]) -> int:
         "stages": stages,
         "rl": {"success": spread([r["success"] for r in rl]), "mean_reward": spread([r["mean_reward"] for r in rl])} if rl else {},
     }
-    if "resumed_at_commit" in provenance:
-        summary["resumed_at_commit"] = provenance["resumed_at_commit"]
+    if ran and now != code_version:
+        summary["resumed_at_commit"] = {"commit": now, "stages": ran}
     if rl:
         summary["verdict"] = verdict(stages, summary["rl"])
     if builtin:

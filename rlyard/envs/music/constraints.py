@@ -66,7 +66,21 @@ def _meter(spec: dict[str, Any], music: Music) -> tuple[bool, str]:
         return False, f"M:{music.header.first('M')} (MIDI {music.midi.meter[0]}/{music.midi.meter[1]}) is not {spec['meter']}"
     if music.bar_warnings:
         return False, f"{music.bar_warnings} bar(s) do not fit the meter"
+    written, played = written_bar_lines(music.header.body), int(music.features.get("bars", 0))
+    # abc2midi measures no first (pickup) or last bar, so one unbarred stream fits any meter; repeats
+    # play written bars twice, hence played / 2. Open: huge first and last bars around one true bar.
+    if written < played / 2 - 1:
+        return False, f"{played} bars played but {written} bar line(s) written: bars must be marked for the meter to hold"
     return True, ""
+
+
+_NOT_MUSIC = re.compile(r'%[^\n]*|"[^"\n]*"|![^!\n]*!|\[[A-Za-z]:[^\]\n]*\]')  # comments, chord / text strings, decorations, inline fields
+_BAR_LINE = re.compile(r"[:\[\]|]*\|[:\[\]|0-9]*|::")
+
+
+def written_bar_lines(body: str) -> int:
+    """Bar lines in an ABC body (`|`, `||`, `|]`, `[|`, `:|`, `|:`, `::`, `|1` each count once)."""
+    return len(_BAR_LINE.findall(_NOT_MUSIC.sub(" ", body)))
 
 
 def _tempo(spec: dict[str, Any], music: Music) -> tuple[bool, str]:
