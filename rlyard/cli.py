@@ -181,15 +181,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     keep = None
     if args.trajectories:
-        from rlyard.observe.store import TrajectoryStore, trajectory_row
+        from rlyard.observe.store import TrajectoryStore, prompt_text, trajectory_row
 
         store, tokenizer = TrajectoryStore(Path(args.trajectories)), components.tokenizer
         if store.path.exists():
             store.path.unlink()  # one evaluation per file: a second run replaces the first's episodes
 
         def keep(episodes) -> None:
-            store.append(0, [trajectory_row(t, tokenizer.decode(t.token_ids[: t.prompt_length], skip_special_tokens=False),
-                                            tokenizer=tokenizer) for t in episodes])
+            store.append(0, [trajectory_row(t, prompt_text(t, tokenizer), tokenizer=tokenizer) for t in episodes])
 
     try:
         result = evaluate(components.engine, components.tokenizer, components.family, tasks,

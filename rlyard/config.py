@@ -118,9 +118,10 @@ def training_algo(config: RunConfig) -> AlgoConfig:
     from rlyard.models.loading import autocast_choice  # here, not at the top: the schema itself needs no torch
 
     algo = config.algo
-    other_dtype = engine_dtype(config) != config.model.dtype
+    engine = engine_dtype(config)
+    other_dtype = engine != config.model.dtype
     learner_bf16 = config.model.autocast != "none" and autocast_choice(config.model.autocast, config.model.device)[0] is not None
-    engine_bf16 = engine_dtype(config) == "bfloat16"
+    engine_bf16 = engine == "bfloat16"
     off_policy = (config.rollout.quantize == "int8" or other_dtype or config.rollout.engine in ("openai", "vllm")
                   or (learner_bf16 and not engine_bf16))
     if off_policy and algo.tis_cap is None and not algo.decoupled:

@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from provenance import commit  # noqa: E402  (bench/provenance.py: the code version of a result)
 
+from rlyard.observe.store import write_atomic  # noqa: E402
+
 
 def rlyard(*args: str) -> None:
     """One stage; its output goes straight to the terminal, and a failure stops the recipe."""
@@ -100,7 +102,7 @@ def main(argv: list[str]) -> int:
     first_run = out / "provenance.json"  # the commit and machine of the first invocation: a resumed recipe keeps them
     provenance = json.loads(first_run.read_text()) if first_run.exists() else {"commit": commit(), "machine": machine()}
     if not first_run.exists():
-        first_run.write_text(json.dumps(provenance, indent=1))
+        write_atomic(first_run, json.dumps(provenance, indent=1).encode())
     code_version, host, now = provenance["commit"], provenance["machine"], commit()
     ran: list[str] = []  # the stages this invocation ran (none: it only rewrites the summary)
     done_file = out / "stage_seconds.json"  # the stages finished so far: a killed recipe run again in OUT goes on from there
@@ -114,8 +116,7 @@ def main(argv: list[str]) -> int:
         ran.append(name)
         rlyard(*args)
         seconds[name] = round(time.monotonic() - t0, 1)
-        (out / "stage_seconds.json.tmp").write_text(json.dumps(seconds, indent=1))
-        os.replace(out / "stage_seconds.json.tmp", done_file)
+        write_atomic(done_file, json.dumps(seconds, indent=1).encode())
 
     def evaluate(stage: str, checkpoint: str | None) -> None:
         where = ["--checkpoint", checkpoint] if checkpoint else [config]

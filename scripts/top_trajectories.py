@@ -15,18 +15,14 @@ import json
 import sys
 from pathlib import Path
 
+from rlyard.observe.store import read_jsonl
+
 
 def rows_of(run: Path) -> list[dict]:
     path = run if run.suffix == ".jsonl" else run / "trajectories.jsonl"
     if not path.exists():
         sys.exit(f"top_trajectories: {path} does not exist (a run folder or an `rlyard eval --trajectories` folder)")
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            rows.append({**json.loads(line), "_run": str(run), "_line": number})
-        except json.JSONDecodeError:
-            print(f"[top] {path}:{number}: not a JSON row (cut by a killed run?), skipped", file=sys.stderr)
-    return rows
+    return [{**row, "_run": str(run)} for row in read_jsonl(path)]  # a cut last line skipped, corruption raises
 
 
 def transcript(row: dict) -> str:

@@ -127,6 +127,11 @@ class TrajectoryStore:
         return read_jsonl(self.path) if self.path.exists() else []
 
 
+def prompt_text(traj: Trajectory, tokenizer: Any) -> str:
+    """The prompt a trajectory was sampled from, as the model saw it (special tokens kept)."""
+    return tokenizer.decode(traj.token_ids[: traj.prompt_length], skip_special_tokens=False)
+
+
 def trajectory_row(traj: Trajectory, prompt_text: str, *, tokenizer: Any = None,
                    advantage: float | None = None) -> dict[str, Any]:
     """The human-readable part of a trajectory: text and reward, no raw token id lists.

@@ -18,7 +18,7 @@ from pathlib import Path
 from rlyard.algos.filters import is_truncated
 from rlyard.config import RunConfig, dump_config
 from rlyard.observe import MetricsLogger, TrajectoryStore, plot_reward_curve, trajectory_row
-from rlyard.observe.store import write_atomic
+from rlyard.observe.store import prompt_text, write_atomic
 from rlyard.orchestrate.evaluate import evaluate
 from rlyard.orchestrate.sampling import agent_limits
 from rlyard.orchestrate.setup import Components, build, push_weights
@@ -176,4 +176,4 @@ class Run:
                          time.perf_counter() - self.wall_started)
 
     def prompt_text(self, traj: Trajectory) -> str:
-        return self.c.tokenizer.decode(traj.token_ids[: traj.prompt_length], skip_special_tokens=False)
+        return prompt_text(traj, self.c.tokenizer)

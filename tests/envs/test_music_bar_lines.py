@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from rlyard.envs.music.constraints import written_bar_lines
+from rlyard.envs.music.abc import written_bar_lines
 from rlyard.envs.music.oracle import compose
 from rlyard.envs.music.tasks import make_tasks
 from rlyard.envs.music.verify import grade

@@ -214,6 +214,14 @@ _NOISE = re.compile(r'"[^"]*"|![^!\n]*!|\{[^}]*\}|\+[^+\n]*\+|\[[A-Za-z]:[^\]]*\
 _TOKEN = re.compile(r"\((\d)|(\[)|\](\d*)(/*)(\d*)|[\^_=]*[A-Ga-gzx][,']*(\d*)(/*)(\d*)")
 _LEADING_BARS = re.compile(r"^(?:\s|\[\||\|\]|\|\||\|:|:\||\||:|\[\d)*")
 _TUPLET = {2: 3 / 2, 3: 2 / 3, 4: 3 / 4, 6: 2 / 3}
+_COMMENT = re.compile(r"%[^\n]*")
+_BAR_LINE = re.compile(r"[:\[\]|]*\|[:\[\]|0-9]*|::")
+
+
+def written_bar_lines(body: str) -> int:
+    """Bar lines in an ABC body (`|`, `||`, `|]`, `[|`, `:|`, `|:`, `::`, `|1` each count once);
+    those inside comments, chord symbols, decorations and inline fields are not bar lines."""
+    return len(_BAR_LINE.findall(_NOISE.sub(" ", _COMMENT.sub(" ", body))))
 
 
 def pickup_quarters(body: str, unit: float, bar_quarters: float) -> float:

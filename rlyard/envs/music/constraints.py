@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlyard.envs.music.abc import Header, parse_fraction, parse_key, parse_meter
+from rlyard.envs.music.abc import Header, parse_fraction, parse_key, parse_meter, written_bar_lines
 from rlyard.envs.music.features import Midi
 
 KINDS = ("key", "meter", "tempo", "bars", "voices", "range", "title", "instrument")
@@ -73,14 +73,6 @@ def _meter(spec: dict[str, Any], music: Music) -> tuple[bool, str]:
         return False, f"{played} bars played but {written} bar line(s) written: bars must be marked for the meter to hold"
     return True, ""
 
-
-_NOT_MUSIC = re.compile(r'%[^\n]*|"[^"\n]*"|![^!\n]*!|\[[A-Za-z]:[^\]\n]*\]')  # comments, chord / text strings, decorations, inline fields
-_BAR_LINE = re.compile(r"[:\[\]|]*\|[:\[\]|0-9]*|::")
-
-
-def written_bar_lines(body: str) -> int:
-    """Bar lines in an ABC body (`|`, `||`, `|]`, `[|`, `:|`, `|:`, `::`, `|1` each count once)."""
-    return len(_BAR_LINE.findall(_NOT_MUSIC.sub(" ", body)))
 
 
 def _tempo(spec: dict[str, Any], music: Music) -> tuple[bool, str]:
