@@ -73,7 +73,7 @@ class LiveLearner:
         self.counters: dict[str, float] = {"stale_dropped": 0.0, "rolled_back_dropped": 0.0, "trained_sessions": 0.0,
                                            "rollbacks": 0.0, **state.get("counters", {})}
         self.duplicates = 0
-        self.version = c.engine.policy_version
+        self.version = self.started_at = c.engine.policy_version
         self.pending: list[Entry] = self.journal.unconsumed(self.consumed)  # replayed after a restart
         self.replayed = len(self.pending)
         self.complete_groups = {e.group for e in self.pending if e.group}  # their other members died with the process
@@ -251,7 +251,7 @@ class LiveLearner:
         with self.cond:
             pending, groups = len(self.pending), len({e.group for e in self.pending if e.group})
         return {"policy_version": self.version, "rewards_posted": len(self.journal), "pending_sessions": pending,
-                "pending_groups": groups, "replayed_at_start": self.replayed, "duplicates": self.duplicates,
+                "pending_groups": groups, "started_at_version": self.started_at, "replayed_at_start": self.replayed, "duplicates": self.duplicates,
                 **{k: int(v) for k, v in self.counters.items()}, "checkpoints": sorted(self.checkpoints()),
                 "learner_error": None if self.error is None else f"{type(self.error).__name__}: {self.error}"}
 
