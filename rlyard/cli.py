@@ -179,22 +179,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     def tick(done: int, total: int) -> None:
         bar.update(done - bar.n)
 
-    keep = None
+    keep = keep_sampled = None
     if args.trajectories:
-        from rlyard.observe.store import TrajectoryStore, prompt_text, trajectory_row
-
-        store, tokenizer = TrajectoryStore(Path(args.trajectories)), components.tokenizer
-        if store.path.exists():
-            store.path.unlink()  # one evaluation per file: a second run replaces the first's episodes
-
-        def keep(episodes) -> None:
-            store.append(0, [trajectory_row(t, prompt_text(t, tokenizer), tokenizer=tokenizer) for t in episodes])
+        store, keep = episode_keeper(Path(args.trajectories), components.tokenizer)
+        if args.samples:
+            _, keep_sampled = episode_keeper(Path(args.trajectories) / "sampled", components.tokenizer)
 
     try:
         result = evaluate(components.engine, components.tokenizer, components.family, tasks,
                           config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
                           config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature,
-                          progress=tick, limits=agent_limits(config), on_greedy=keep)
+                          progress=tick, limits=agent_limits(config), on_greedy=keep, on_sampled=keep_sampled)
     finally:
         bar.close()
     model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
@@ -205,8 +200,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = eval_output_path(args, config, checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model_label, "env": config.env.name, **result}, indent=2))
-    print(f"saved {out}" + (f"; greedy episodes in {store.path} (rlyard view {store.path.parent})" if args.trajectories else ""))
+    print(f"saved {out}" + (f"; greedy episodes in {store.path} (rlyard view {store.path.parent})" if args.trajectories else "")
+          + (f", sampled ones in {store.path.parent / 'sampled'}" if args.trajectories and args.samples else ""))
     return 0
+
+
+def episode_keeper(folder: Path, tokenizer):
+    """A fresh trajectories.jsonl in `folder` (one evaluation per file: a second run replaces the
+    first's episodes) and the callback that appends a batch of episodes to it."""
+    from rlyard.observe.store import TrajectoryStore, prompt_text, trajectory_row
+
+    store = TrajectoryStore(folder)
+    if store.path.exists():
+        store.path.unlink()
+
+    def keep(episodes) -> None:
+        store.append(0, [trajectory_row(t, prompt_text(t, tokenizer), tokenizer=tokenizer) for t in episodes])
+
+    return store, keep
 
 
 EXPORT_EPILOG = """examples:
@@ -356,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--output", help="JSON file for the results (default: the --checkpoint run's folder, "
                                      "eval-step_N-<time>.json; without --checkpoint runs/eval-<name>-<env>-<time>.json)")
     ev.add_argument("--trajectories", metavar="DIR", help="also keep every greedy episode (text, reward, grader info) in "
-                                                          "DIR/trajectories.jsonl, to read with `rlyard view DIR`")
+                                                          "DIR/trajectories.jsonl (sampled ones, with --samples, in DIR/sampled/), to read with `rlyard view DIR`")
     ex = sub.add_parser("export", help="write a run's policy as a Hugging Face model folder (transformers, PEFT, vLLM)",
                         epilog=EXPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="Write the trained policy of a run (its latest checkpoint, or the checkpoints/step_N "

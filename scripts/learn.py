@@ -9,13 +9,17 @@ train tasks, default 256), RL_SEEDS (default "0"), THREADS (default 2), BUILTIN 
 the config's generated tasks into the family's built-in ones, e.g. "env.options.source=null"; each
 stage is then also evaluated there, reported as it is; empty: skipped), BUILTIN_SIZE (tasks of that
 evaluation, default: all the built-in eval tasks up to 100), RESULT (also write the summary there,
-e.g. bench/results/learn_<family>.json). Run again with the same OUT, the recipe keeps the stages
-that finished (`stage_seconds.json`) and goes on from the first that did not.
+e.g. bench/results/learn_<family>.json), EVAL_SAMPLES (sampled episodes per held-out task at
+rollout.temperature besides the greedy one, default 0: the figure for a family whose greedy replies
+loop, e.g. music; `rlyard eval --samples`), VERDICT (the metrics the issue's test is checked on,
+default "success mean_reward"; any key of the eval results, or gate_pass / constraint_share and
+their sampled_ forms). Run again with the same OUT, the recipe keeps the stages that finished
+(`stage_seconds.json`) and goes on from the first that did not.
 
 Every stage is an `rlyard` command a user could type; this file only runs them in order, times
 them and writes `summary.json` in the shape shared by every family (DESIGN.md, "Every family
 learns"): `{"commit", "machine", "stages": {"base": {"success", "mean_reward", "seconds", ...},
-"sft": ..., "rl_seed0": ...}}`, all held-out and greedy.
+"sft": ..., "rl_seed0": ...}}`, all held-out; greedy, and sampled too with EVAL_SAMPLES.
 """
 from __future__ import annotations
 
@@ -67,20 +71,28 @@ def machine() -> dict:
 
 
 def stage_result(path: Path, seconds: float) -> dict:
+    """An eval's results, plus where the family has a gate (`rejected`): the share of replies past
+    it and the share of constraints met over all replies (a rejected one meets none)."""
     result = json.loads(path.read_text())
-    return {"success": result["accuracy"], "mean_reward": result["mean_reward"], "seconds": round(seconds, 1), **result}
+    derived = {}
+    for prefix in ("", "sampled_"):
+        if f"{prefix}mean_rejected" in result:
+            gate_pass = 1.0 - result[f"{prefix}mean_rejected"]
+            derived[f"{prefix}gate_pass"] = gate_pass
+            derived[f"{prefix}constraint_share"] = gate_pass * result.get(f"{prefix}mean_constraints", 0.0)
+    return {"success": result["accuracy"], "mean_reward": result["mean_reward"], "seconds": round(seconds, 1), **result, **derived}
 
 
 def spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
 
 
-def verdict(stages: dict, rl: dict) -> dict:
+def verdict(stages: dict, rl: dict, metrics: list[str]) -> dict:
     """The issue's test, per metric: SFT above base and RL above SFT, each by more than the spread
     (the sd of RL over seeds; base and SFT are one run each, so theirs is not measured)."""
     out = {}
-    for metric in ("success", "mean_reward"):
-        base, sft, mean, sd = stages["base"][metric], stages["sft"][metric], rl[metric]["mean"], rl[metric]["sd"]
+    for metric in metrics:
+        base, sft, mean, sd = stages["base"].get(metric, 0.0), stages["sft"].get(metric, 0.0), rl[metric]["mean"], rl[metric]["sd"]
         out[metric] = {"sft_minus_base": round(sft - base, 4), "rl_minus_sft": round(mean - sft, 4), "rl_sd": round(sd, 4),
                        "sft_above_base": sft - base > sd, "rl_above_sft": mean - sft > sd}
     return out
@@ -95,6 +107,8 @@ def main(argv: list[str]) -> int:
     out = Path(os.environ.get("OUT") or f"runs/learn-{Path(config).stem}-{started}")
     demos, seeds = int(os.environ.get("DEMOS", "256")), os.environ.get("RL_SEEDS", "0").split()
     builtin = shlex.split(os.environ.get("BUILTIN", ""))
+    samples = ["--samples", os.environ["EVAL_SAMPLES"]] if int(os.environ.get("EVAL_SAMPLES") or 0) else []
+    metrics = os.environ.get("VERDICT", "success mean_reward").split()
     common = [f"train.threads={os.environ.get('THREADS', '2')}", *overrides]
     resolved = resolved_config(config, common)
     family, options = resolved["env"]["name"], resolved["env"].get("options") or {}
@@ -120,11 +134,11 @@ def main(argv: list[str]) -> int:
 
     def evaluate(stage: str, checkpoint: str | None) -> None:
         where = ["--checkpoint", checkpoint] if checkpoint else [config]
-        timed(f"eval_{stage}", "eval", *where, *common, "--output", str(out / f"eval_{stage}.json"),
+        timed(f"eval_{stage}", "eval", *where, *common, *samples, "--output", str(out / f"eval_{stage}.json"),
               "--trajectories", str(out / f"episodes_{stage}"))
         if builtin:
             size = ["--size", os.environ["BUILTIN_SIZE"]] if os.environ.get("BUILTIN_SIZE") else []
-            timed(f"builtin_{stage}", "eval", *where, *common, *builtin, *size, "--output", str(out / f"builtin_{stage}.json"),
+            timed(f"builtin_{stage}", "eval", *where, *common, *builtin, *size, *samples, "--output", str(out / f"builtin_{stage}.json"),
                   "--trajectories", str(out / f"episodes_builtin_{stage}"))
 
     print(f"== 1/4 collect: {demos} oracle demonstrations on {family} train tasks", flush=True)
@@ -147,16 +161,16 @@ def main(argv: list[str]) -> int:
     rl = [stages[f"rl_seed{s}"] for s in seeds]
     summary = {
         "commit": code_version, "machine": host, "config": config, "overrides": overrides, "family": family,
-        "demos": demos, "rl_seeds": seeds, "seconds": seconds,
+        "demos": demos, "rl_seeds": seeds, "eval_samples": int(samples[1]) if samples else 0, "seconds": seconds,
         "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds["sft"]
                                    + stage_seconds[f"rl_seed{seeds[0]}"]) / 60, 1) if seeds else None,
         "stages": stages,
-        "rl": {"success": spread([r["success"] for r in rl]), "mean_reward": spread([r["mean_reward"] for r in rl])} if rl else {},
+        "rl": {m: spread([r.get(m, 0.0) for r in rl]) for m in dict.fromkeys(["success", "mean_reward", *metrics])} if rl else {},
     }
     if ran and now != code_version:
         summary["resumed_at_commit"] = {"commit": now, "stages": ran}
     if rl:
-        summary["verdict"] = verdict(stages, summary["rl"])
+        summary["verdict"] = verdict(stages, summary["rl"], metrics)
     if builtin:
         summary["builtin"] = {"overrides": builtin, "stages": {
             name: stage_result(out / f"builtin_{name}.json", seconds[f"builtin_{name}"]) for name in names}}
@@ -166,9 +180,11 @@ def main(argv: list[str]) -> int:
         Path(os.environ["RESULT"]).write_text(text + "\n")
 
     print(f"\nheld-out success, greedy: {stages['base']['tasks']} {family} eval tasks, commit {code_version}")
-    print(f"{'stage':<12} {'success':>8} {'reward':>7} {'turns':>6} {'seconds':>8}")
+    sampled = " sampled" if samples else ""
+    print(f"{'stage':<12} {'success':>8} {'reward':>7}{sampled:>8} {'turns':>6} {'seconds':>8}")
     for name, result in stages.items():
-        print(f"{name:<12} {result['success']:>8.1%} {result['mean_reward']:>7.3f} {result['mean_turns']:>6.2f} {result['seconds']:>8.0f}")
+        column = f"{result['sampled_mean_reward']:>8.3f}" if samples else ""
+        print(f"{name:<12} {result['success']:>8.1%} {result['mean_reward']:>7.3f}{column} {result['mean_turns']:>6.2f} {result['seconds']:>8.0f}")
     if len(rl) > 1:
         s = summary["rl"]["success"]
         print(f"RL over seeds {' '.join(seeds)}: success mean {s['mean']:.1%}, sd {s['sd']:.1%}")

@@ -118,6 +118,26 @@ def test_eval_keeps_its_greedy_episodes_for_the_viewer(tiny_run, tmp_path, capsy
     assert "rlyard view" in capsys.readouterr().out
 
 
+def test_eval_samples_report_the_sampled_episodes_means_and_keep_them(tiny_run, tmp_path):
+    """--samples: sampled_mean_reward (and each sampled component's mean) is the mean over the
+    sampled episodes kept in DIR/sampled/, computed again here from those rows."""
+    import json
+
+    out, kept = tmp_path / "eval.json", tmp_path / "episodes"
+    assert main(["eval", "--checkpoint", str(tiny_run), "--output", str(out), "--trajectories", str(kept), "--samples", "2"]) == 0
+    result = json.loads(out.read_text())
+    greedy = [json.loads(line) for line in (kept / "trajectories.jsonl").read_text().splitlines()]
+    sampled = [json.loads(line) for line in (kept / "sampled" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(greedy) == 3 and len(sampled) == 6 and len({r["task_id"] for r in sampled}) == 3
+    assert result["sampled_mean_reward"] == pytest.approx(sum(r["reward"] for r in sampled) / 6)
+    assert result["sampled_accuracy"] == pytest.approx(sum(r["reward"] >= 1.0 for r in sampled) / 6)
+    names = {name for r in sampled for name in r["components"]}
+    assert names  # the toy family reports components; each gets its sampled mean
+    for name in names:
+        values = [r["components"][name] for r in sampled if name in r["components"]]
+        assert result[f"sampled_mean_{name}"] == pytest.approx(sum(values) / len(values))
+
+
 def test_eval_checkpoint_applies_overrides(tiny_run, tmp_path, capsys):
     out = tmp_path / "eval.json"
     # a bad override must be reported, not ignored while the eval runs anyway

@@ -37,6 +37,7 @@ def evaluate(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], max_new_tokens: int, stop_token_ids: tuple[int, ...],
     batch_size: int = 64, samples: int = 0, k: int = 1, temperature: float = 1.0, seed: int = 0, progress=None,
     limits: AgentLimits | None = None, on_greedy: Callable[[list[Trajectory]], None] | None = None,
+    on_sampled: Callable[[list[Trajectory]], None] | None = None,
 ) -> dict[str, float | int]:
     """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`.
 
@@ -48,11 +49,17 @@ def evaluate(
     reward is a weighted sum of `env.reward` functions rather than 0 / 1. Besides accuracy: mean sampled tokens,
     mean turns and the mean of each reward component over the greedy episodes (for tool families
     e.g. `mean_malformed_calls`, `mean_tool_calls`: how an agent behaves, not only whether it won).
-    `on_greedy` gets each batch of greedy episodes (`rlyard eval --trajectories` keeps them to read).
+    `on_greedy` gets each batch of greedy episodes (`rlyard eval --trajectories` keeps them to read),
+    `on_sampled` each batch of sampled ones. With samples, `sampled_mean_reward` and
+    `sampled_mean_<component>` are the same means over the sampled episodes: where greedy decoding
+    of a small model loops (a tune repeating one bar), they are what the policy does at the
+    temperature it trains at.
     """
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     correct, infra, lengths, turns, components, rewards = 0, 0, [], [], {}, []
     per_task_hits: list[tuple[int, int]] = []  # per task: (episodes, solved ones)
+    sampled_rewards: list[float] = []
+    sampled_components: dict[str, list[float]] = {}
     total, done = len(tasks) * (1 + samples), 0
     tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
     for start in range(0, len(tasks), batch_size):
@@ -76,8 +83,15 @@ def evaluate(
             sampled = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
                                      seed=seed + start + sub)
             by_task: dict[str, list[Trajectory]] = {}
-            for tr in one_per_episode(rollout(engine, tokenizer, family, part, samples, sampled, limits=limits)):
+            episodes = one_per_episode(rollout(engine, tokenizer, family, part, samples, sampled, limits=limits))
+            if on_sampled is not None:
+                on_sampled(episodes)
+            for tr in episodes:
                 by_task.setdefault(tr.group_id, []).append(tr)
+                if not tr.infra_error:
+                    sampled_rewards.append(tr.reward)
+                    for name, value in tr.components.items():
+                        sampled_components.setdefault(name, []).append(float(value))
             # one group per task, of `samples` episodes (whatever number of segments each came back as)
             per_task_hits += [(len(group), sum(tr.reward >= 1.0 for tr in group)) for group in by_task.values()]
             done += len(part) * samples
@@ -92,4 +106,6 @@ def evaluate(
     if samples:
         result[f"pass@{k}"] = sum(pass_at_k(n, hits, k) for n, hits in per_task_hits) / len(per_task_hits)
         result["sampled_accuracy"] = sum(hits for _, hits in per_task_hits) / sum(n for n, _ in per_task_hits)
+        result["sampled_mean_reward"] = sum(sampled_rewards) / max(1, len(sampled_rewards))
+        result.update({f"sampled_mean_{name}": sum(v) / len(v) for name, v in sorted(sampled_components.items())})
     return result

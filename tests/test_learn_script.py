@@ -1,0 +1,43 @@
+"""scripts/learn.py's arithmetic: the derived gate and constraint shares and the issue's test per
+metric, on hand-made eval results (the recipe itself runs for minutes: docs/learning.md)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def learn():
+    spec = importlib.util.spec_from_file_location("learn_recipe", ROOT / "scripts" / "learn.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gate_and_constraint_shares_count_every_reply(learn, tmp_path):
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"accuracy": 0.0, "mean_reward": 0.1, "mean_rejected": 0.25, "mean_constraints": 0.6,
+                                "sampled_mean_rejected": 1.0}))
+    result = learn.stage_result(path, 12.34)
+    assert result["gate_pass"] == pytest.approx(0.75) and result["constraint_share"] == pytest.approx(0.75 * 0.6)
+    # no reply past the gate: no mean_constraints in the results, and none of the constraints met
+    assert result["sampled_gate_pass"] == 0.0 and result["sampled_constraint_share"] == 0.0
+    assert result["seconds"] == 12.3 and result["success"] == 0.0
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"accuracy": 0.5, "mean_reward": 0.5}))
+    assert "gate_pass" not in learn.stage_result(plain, 1.0)  # a family without a gate
+
+
+def test_the_verdict_asks_each_step_to_beat_the_rl_spread(learn):
+    stages = {"base": {"m": 0.10}, "sft": {"m": 0.30}}
+    rl = {"m": learn.spread([0.36, 0.40, 0.44])}  # mean 0.40, sd 0.04
+    v = learn.verdict(stages, rl, ["m"])["m"]
+    assert v["rl_sd"] == pytest.approx(0.04) and v["rl_minus_sft"] == pytest.approx(0.10)
+    assert v["sft_above_base"] and v["rl_above_sft"]
+    close = learn.verdict({"base": {"m": 0.28}, "sft": {"m": 0.30}}, {"m": learn.spread([0.29, 0.32, 0.35])}, ["m"])["m"]
+    assert not close["sft_above_base"] and not close["rl_above_sft"]  # +0.02 and +0.02, each below sd 0.03
+    missing = learn.verdict({"base": {}, "sft": {"m": 0.5}}, {"m": learn.spread([0.9, 0.9])}, ["m"])["m"]
+    assert missing["sft_minus_base"] == 0.5  # a metric a stage lacks (no reply past the gate) counts 0
