@@ -72,8 +72,11 @@ def machine() -> dict:
 
 def stage_result(path: Path, seconds: float) -> dict:
     """An eval's results, plus where the family has a gate (`rejected`): the share of replies past
-    it and the share of constraints met over all replies (a rejected one meets none)."""
+    it and the share of constraints met over all replies (a rejected one meets none). The
+    checkpoint it names is written relative to the run folder: a summary carries no machine's path."""
     result = json.loads(path.read_text())
+    for folder in {str(path.parent.resolve()), str(path.parent)}:
+        result["model"] = str(result.get("model", "")).replace(folder + "/", "$OUT/")
     derived = {}
     for prefix in ("", "sampled_"):
         if f"{prefix}mean_rejected" in result:

@@ -3,7 +3,8 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "rlyard"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "rlyard"
 
 
 def modules() -> list[Path]:
@@ -44,3 +45,21 @@ def test_modules_stay_small():
 def test_package_depth_at_most_three_folders():
     for path in modules():
         assert len(path.relative_to(PACKAGE).parts) <= 4, path
+
+
+def test_no_tracked_file_names_a_folder_of_this_machine():
+    """Code, docs and result files are read on other machines: none names the checkout's parent
+    folder or the home folder (a generated summary once quoted its run folder's absolute path)."""
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    home = str(Path.home())
+    machine_paths = [str(ROOT.parent) + "/", *([home + "/"] if home not in ("/", "") else [])]
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if not path.is_file() or path.stat().st_size > 5_000_000:
+            continue
+        text = path.read_bytes().decode("utf-8", errors="ignore")
+        found += [f"{name}: {prefix}" for prefix in machine_paths if prefix in text]
+    assert not found, found

@@ -20,8 +20,9 @@ def learn():
 def test_gate_and_constraint_shares_count_every_reply(learn, tmp_path):
     path = tmp_path / "eval.json"
     path.write_text(json.dumps({"accuracy": 0.0, "mean_reward": 0.1, "mean_rejected": 0.25, "mean_constraints": 0.6,
-                                "sampled_mean_rejected": 1.0}))
+                                "sampled_mean_rejected": 1.0, "model": f"checkpoint {tmp_path}/sft/checkpoints/step_000092"}))
     result = learn.stage_result(path, 12.34)
+    assert result["model"] == "checkpoint $OUT/sft/checkpoints/step_000092"  # no path of this machine
     assert result["gate_pass"] == pytest.approx(0.75) and result["constraint_share"] == pytest.approx(0.75 * 0.6)
     # no reply past the gate: no mean_constraints in the results, and none of the constraints met
     assert result["sampled_gate_pass"] == 0.0 and result["sampled_constraint_share"] == 0.0
