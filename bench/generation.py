@@ -232,9 +232,9 @@ def main() -> None:
                           f"{theirs['startup_s']:.1f} s vs {own['startup_s']:.1f} s", flush=True)
     print(f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.json:
-        from provenance import commit  # bench/ is on sys.path when a script runs
+        from provenance import command_line, commit  # bench/ is on sys.path when a script runs
 
-        Path(args.json).write_text(json.dumps({"command": " ".join(["python", *sys.argv]), "commit": commit(),
+        Path(args.json).write_text(json.dumps({"command": command_line(["python", *sys.argv]), "commit": commit(),
                                                "load_average_end": os.getloadavg(), "rows": rows}, indent=2))
 
 

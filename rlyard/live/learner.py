@@ -26,9 +26,9 @@ from typing import Any
 from rlyard.config import ConfigError, RunConfig
 from rlyard.live.baselines import Baseline, prompt_key
 from rlyard.live.journal import Entry, RewardJournal
-from rlyard.live.serving import SwapEngine
 from rlyard.orchestrate.run import Run, rollout_metrics
 from rlyard.orchestrate.setup import push_weights
+from rlyard.orchestrate.workers import SharedEngine
 from rlyard.orchestrate.targets import compute_advantages
 from rlyard.train import load_checkpoint, save_checkpoint
 
@@ -64,7 +64,7 @@ class LiveLearner:
         self.config, self.run_dir = config, Path(run_dir)
         self.run = Run(config, self.run_dir, resume=True)  # the newest checkpoint of the folder, if any
         self.c = c = self.run.c
-        c.engine = SwapEngine(c.engine)
+        c.engine = SharedEngine(c.engine)
         self.journal = RewardJournal(self.run_dir)
         state = self.run.resumed_state.get("live", {})
         self.consumed: set[int] = set(state.get("consumed", []))

@@ -1,10 +1,11 @@
-"""The serving side of a live run: the engine behind a swap lock, and a server that knows groups.
+"""The serving side of a live run: a server that knows groups.
 
-`SwapEngine`: the server's scheduler makes one engine call at a time; the learner's weight update
-waits for the call in flight and goes in before the next one (a waiting update holds new calls
-back, so a busy server cannot starve it). Every completion carries the version that sampled all
-of its tokens: an in-flight request finishes on the weights it started with, and a multi-turn
-session records each turn's version.
+The engine is the asynchronous trainer's `SharedEngine` (orchestrate/workers.py): the server's
+scheduler makes one engine call at a time; the learner's weight update waits for the call in
+flight and goes in before the next one (a waiting update holds new calls back, so a busy server
+cannot starve it). Every completion carries the version that sampled all of its tokens: an
+in-flight request finishes on the weights it started with, and a multi-turn session records each
+turn's version.
 
 `LiveServer`: `rlyard serve` plus what the learner needs to know about sessions. A request's
 `metadata` (`group`, `task`) is kept per session; a session request with `n > 1` (refused by
@@ -14,59 +15,12 @@ closed: a later request naming it gets a 409.
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from rlyard.agent.toolcalls import render_tool_specs
 from rlyard.serve import RlyardServer, Session
 from rlyard.serve.schema import ApiError, ChatRequest
 from rlyard.serve.server import Pending
-
-
-class SwapEngine:
-    """An engine whose weights change only between generate calls (writer preference)."""
-
-    def __init__(self, engine):
-        self.engine = engine
-        self._cond = threading.Condition()
-        self._busy = False
-        self._updates_waiting = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self.engine.policy_version
-
-    @property
-    def model(self):
-        return self.engine.model
-
-    def generate(self, prompts, params, n: int = 1, on_step=None):
-        with self._cond:
-            while self._busy or self._updates_waiting:
-                self._cond.wait()
-            self._busy = True
-        try:
-            return self.engine.generate(prompts, params, n, **({"on_step": on_step} if on_step is not None else {}))
-        finally:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
-
-    def update_weights(self, version: int, state_dict: dict | None = None) -> None:
-        with self._cond:
-            self._updates_waiting += 1
-            try:
-                while self._busy:
-                    self._cond.wait()
-                self._busy = True
-            finally:
-                self._updates_waiting -= 1
-        try:
-            self.engine.update_weights(version, state_dict)
-        finally:
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
 
 
 class LiveServer(RlyardServer):

@@ -37,6 +37,8 @@ class SharedEngine:
     """One engine for every thread. Generate calls run side by side; new weights wait for the calls
     in flight and hold back new ones (writer preference), so no forward pass sees half-copied weights.
 
+    `rlyard serve --learn` serves through one too (the server's scheduler is its only reader).
+
     A multi-turn episode calls generate once per turn, so new weights land between its turns (a
     partial rollout; every token keeps the version that sampled it). `pinned()` instead holds the
     weights for a whole block (partial_rollouts=false).
@@ -97,9 +99,11 @@ class SharedEngine:
         if depth == 0 and self._quantizes and self.engine.quantization_pending:
             self._exclusive("int8 packing", self.engine.quantize_if_calibrated)  # no-op if another thread got there first
 
-    def generate(self, prompts, params, n: int = 1):
+    passes_hooks = True  # generate hands `on_step` (the server's streaming hook) to the engine
+
+    def generate(self, prompts, params, n: int = 1, on_step=None):
         with self.pinned():
-            return self.engine.generate(prompts, params, n)
+            return self.engine.generate(prompts, params, n, **({"on_step": on_step} if on_step is not None else {}))
 
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
         self._exclusive(f"the weight update to policy version {version}", self.engine.update_weights, version, state_dict)

@@ -132,6 +132,9 @@ class Job:
 
 
 def accepts_hook(engine) -> bool:
+    """Whether generate takes `on_step`; a wrapper that passes hooks on (SharedEngine) asks its engine."""
+    if getattr(engine, "passes_hooks", False):
+        return accepts_hook(engine.engine)
     try:
         return "on_step" in inspect.signature(engine.generate).parameters
     except (TypeError, ValueError):
