@@ -17,32 +17,32 @@ def commit() -> str:
         return "unknown"
 
 
-def command_line(argv: list[str]) -> str:
-    """The command as typed, with each absolute path made relative to the checkout (or, outside
-    it, `<outside>/<name>`): a result file names no folder of the machine it ran on."""
+def shown_path(arg: str) -> str:
+    """An absolute path as a result file may show it: relative to the checkout (the working
+    folder), `<tmp>/<name>` in the temporary folder, `<outside>/<name>` anywhere else; any other
+    text as it is."""
     import os
-    from pathlib import Path
-
-    root = Path.cwd()
-    shown = []
-    for arg in argv:
-        path = Path(arg)
-        if path.is_absolute():
-            arg = os.path.relpath(path, root) if path.is_relative_to(root) else f"<outside>/{path.name}"
-        shown.append(arg)
-    return " ".join(shown)
-
-
-def scrub(value):
-    """The value with temporary machine paths (`/tmp/...`) reduced to `<tmp>/<name>`: a result
-    file names no folder of the machine it ran on."""
     import tempfile
     from pathlib import Path
 
+    if not arg.startswith("/") or any(c.isspace() for c in arg):
+        return arg
+    path, root = Path(arg), Path.cwd()
+    if path.is_relative_to(root):
+        return os.path.relpath(path, root)
+    return f"<tmp>/{path.name}" if path.is_relative_to(tempfile.gettempdir()) else f"<outside>/{path.name}"
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as typed, each absolute path shown as `shown_path` shows it: a result file
+    names no folder of the machine it ran on."""
+    return " ".join(shown_path(arg) for arg in argv)
+
+
+def scrub(value):
+    """The value with every absolute path shown as `shown_path` shows it."""
     if isinstance(value, dict):
         return {k: scrub(v) for k, v in value.items()}
     if isinstance(value, list):
         return [scrub(v) for v in value]
-    if isinstance(value, str) and value.startswith(tempfile.gettempdir() + "/"):
-        return f"<tmp>/{Path(value).name}"
-    return value
+    return shown_path(value) if isinstance(value, str) else value

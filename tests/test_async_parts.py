@@ -197,3 +197,25 @@ def test_weights_never_change_under_a_forward_pass(tiny_model, tokenizer):
         order.append("forward done")
     writer.join(5)
     assert order == ["forward done", "update"] and shared.policy_version == 1
+
+
+def test_the_shared_engine_passes_the_servers_streaming_hook_on(tiny_model, tokenizer):
+    """`rlyard serve --learn` serves through SharedEngine: the scheduler streams tokens through
+    `on_step` only where the wrapped engine takes it, and SharedEngine hands it over."""
+    from rlyard.engines.base import accepts_hook
+
+    shared = SharedEngine(HFEngine(tiny_model, tokenizer.pad_token_id))
+    assert accepts_hook(shared)
+    seen = []
+    prompt = tokenizer("Hello", add_special_tokens=False).input_ids
+    [[completion]] = shared.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=4), 1,
+                                     on_step=lambda outputs: seen.extend(token for _, token, _ in outputs) or [])
+    assert seen == completion.token_ids and len(seen) == 4
+
+    class NoHook:
+        policy_version = 0
+
+        def generate(self, prompts, params, n=1):
+            return [[] for _ in prompts]
+
+    assert not accepts_hook(SharedEngine(NoHook()))  # so the scheduler never hands it a hook

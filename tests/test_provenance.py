@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from provenance import command_line, commit  # noqa: E402
+from provenance import command_line, commit, scrub  # noqa: E402
 
 
 def git(repo: Path, *args: str) -> str:
@@ -35,3 +35,13 @@ def test_a_recorded_command_names_no_folder_of_the_machine(tmp_path, monkeypatch
             "--json", "/elsewhere/figures/generation.json"]
     assert command_line(argv) == ("python bench/generation.py --vllm-python .venv-vllm/bin/python "
                                   "--json <outside>/generation.json")
+
+
+def test_a_result_file_shows_paths_relative_or_by_name(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    result = {"out": "/elsewhere/vs_trl.json", "run_dir": str(Path(tempfile.gettempdir()) / "vs_trl-abc"),
+              "rows": [str(tmp_path / "bench" / "results" / "x.json"), "a / b", 3]}
+    assert scrub(result) == {"out": "<outside>/vs_trl.json", "run_dir": "<tmp>/vs_trl-abc",
+                             "rows": ["bench/results/x.json", "a / b", 3]}

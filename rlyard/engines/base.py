@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -48,3 +49,14 @@ class Engine(Protocol):
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
         """Make the engine sample from the new policy and tag later tokens with `version`."""
         ...
+
+
+def accepts_hook(engine) -> bool:
+    """Whether `engine.generate` takes `on_step`; a wrapper that passes hooks on (SharedEngine)
+    asks the engine it wraps."""
+    if getattr(engine, "passes_hooks", False):
+        return accepts_hook(engine.engine)
+    try:
+        return "on_step" in inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return False

@@ -36,20 +36,12 @@ its own caller before it is queued.
 """
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from rlyard.engines.base import Engine, StepHook
+from rlyard.engines.base import Engine, StepHook, accepts_hook
 from rlyard.types import Completion, SamplingParams
-
-
-def accepts_hook(engine) -> bool:
-    try:
-        return "on_step" in inspect.signature(engine.generate).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 @dataclass(eq=False)

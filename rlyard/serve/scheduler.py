@@ -14,11 +14,11 @@ engine without the hook still works: its completions are fed through the same ro
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlyard.engines.base import accepts_hook
 from rlyard.types import Completion, SamplingParams
 
 HOLD_MARKER = "<tool_call>"  # with tools, the text from here on is shown as tool_calls, not content
@@ -130,15 +130,6 @@ class Job:
         if row.finish is None:  # an abandoned row, or an engine that stopped on its own
             row.finish = "stop" if completion.finish_reason == "stop" else "length"
 
-
-def accepts_hook(engine) -> bool:
-    """Whether generate takes `on_step`; a wrapper that passes hooks on (SharedEngine) asks its engine."""
-    if getattr(engine, "passes_hooks", False):
-        return accepts_hook(engine.engine)
-    try:
-        return "on_step" in inspect.signature(engine.generate).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class Scheduler:
