@@ -37,7 +37,7 @@ from rlyard.orchestrate.rollout import rollout
 from rlyard.orchestrate.sampling import agent_limits, sampling_for_step
 from rlyard.orchestrate.setup import build
 from rlyard.orchestrate.workers import SharedEngine
-from provenance import commit  # bench/ is on sys.path when a script runs
+from provenance import command_line, commit  # bench/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,7 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "bench": "agentic_batching", "commit": commit(), "command": " ".join(sys.argv),
+            "bench": "agentic_batching", "commit": commit(), "command": command_line(sys.argv),
             "setup": {"family": "files", "config": "configs/files.yaml", "model": config.model.name, "workers": args.workers,
                       "episodes_per_group": args.n, "concurrent_episodes": args.workers * args.n, "groups_per_worker": args.groups,
                       "window_s": args.window, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
