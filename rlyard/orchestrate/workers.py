@@ -50,6 +50,8 @@ class SharedEngine:
     exclusive lock, when a thread lets go of its outermost hold on the weights.
     """
 
+    passes_hooks = True  # generate hands `on_step` (the server's streaming hook) to the engine
+
     def __init__(self, engine):
         self.engine = engine
         self._cond = threading.Condition()
@@ -98,8 +100,6 @@ class SharedEngine:
                     self._cond.notify_all()
         if depth == 0 and self._quantizes and self.engine.quantization_pending:
             self._exclusive("int8 packing", self.engine.quantize_if_calibrated)  # no-op if another thread got there first
-
-    passes_hooks = True  # generate hands `on_step` (the server's streaming hook) to the engine
 
     def generate(self, prompts, params, n: int = 1, on_step=None):
         with self.pinned():

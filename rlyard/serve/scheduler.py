@@ -131,7 +131,6 @@ class Job:
             row.finish = "stop" if completion.finish_reason == "stop" else "length"
 
 
-
 class Scheduler:
     def __init__(self, engine, select=None):
         """`select(model)` (optional) gives the engine that model's weights before a batch for it runs."""

@@ -74,7 +74,6 @@ def _meter(spec: dict[str, Any], music: Music) -> tuple[bool, str]:
     return True, ""
 
 
-
 def _tempo(spec: dict[str, Any], music: Music) -> tuple[bool, str]:
     if music.header.count("Q") != 1:
         return False, f"Q: is set {music.header.count('Q')} times"
