@@ -2,6 +2,8 @@
 
     python bench/agentic_batching.py                                   # 4 workers x 4 episodes, 2 repeats each way
     python bench/agentic_batching.py --repeats 3 --json bench/results/agentic_batching.json
+    python bench/agentic_batching.py --config configs/agentic_quickstart.yaml --set model.init_from=runs/aq/sft \
+        --background-load 2      # 3-turn episodes (the quickstart's SFT policy) next to a 2-thread matmul loop
 
 What async mode's rollout side does, without the learner: `--workers` threads share one engine
 (through `SharedEngine`, as in `orchestrate.mode=async`), and each plays `--groups` groups of
@@ -17,6 +19,11 @@ underlying engine's generate calls and the mean number of sequences per call and
 step (the batch size of a forward pass: a thin wrapper under the coalescer counts every decode
 step's live rows through the engine's `on_step` hook), and the process's CPU seconds per
 trajectory (the work, whatever share of a busy machine's cores the run got).
+
+`--config` picks the task (default configs/files.yaml, whose base model seldom calls a tool, so
+episodes are about 1 turn; configs/agentic_quickstart.yaml with its SFT run as
+`model.init_from` plays 3 to 4 turns). `--background-load N` runs a separate process doing fp32
+matmuls on N threads for the whole measurement: a busy machine that can be reproduced.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -117,6 +125,15 @@ def spread(values: list[float]) -> dict:
             "min": round(min(values), 4), "max": round(max(values), 4)}
 
 
+def start_background_load(threads: int) -> subprocess.Popen | None:
+    """A process multiplying 512 x 512 fp32 matrices on `threads` threads until killed."""
+    if threads <= 0:
+        return None
+    loop = (f"import torch; torch.set_num_threads({threads}); a = torch.randn(512, 512)\n"
+            "while True:\n    a = torch.tanh(a @ a)")
+    return subprocess.Popen([sys.executable, "-c", loop])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=4)
@@ -126,21 +143,30 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=0.1, help="CoalescingEngine window_s")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--set", nargs="*", default=[], help="more config overrides (dotted)")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "files.yaml", help="a files-task config (default configs/files.yaml)")
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help="run a process of fp32 matmuls on N threads throughout (default 0: none)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    config = load_config(ROOT / "configs" / "files.yaml", [f"rollout.n={args.n}", f"train.threads={args.threads}", "eval.size=0",
+    config = load_config(args.config, [f"rollout.n={args.n}", f"train.threads={args.threads}", "eval.size=0",
                                                            "output.progress=false", *args.set])
     c = build(config, train=False)
     print(f"files, {args.workers} workers x {args.n} episodes, {args.groups} group(s) each, {torch.get_num_threads()} torch threads, "
           f"load {os.getloadavg()}", flush=True)
     load_before = os.getloadavg()
+    background = start_background_load(args.background_load)
     runs = []
-    for repeat in range(args.repeats):
-        for coalesce in (False, True):
-            run = measure(c, config, coalesce, args.workers, args.groups, args.window) | {"repeat": repeat, "load_after": os.getloadavg()}
-            runs.append(run)
-            print(json.dumps(run), flush=True)
+    try:
+        for repeat in range(args.repeats):
+            for coalesce in (False, True):
+                run = measure(c, config, coalesce, args.workers, args.groups, args.window) | {"repeat": repeat, "load_after": os.getloadavg()}
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+    finally:
+        if background is not None:
+            background.kill()
+            background.wait()
     load_after = os.getloadavg()
     off = [r for r in runs if not r["coalesce"]]
     on = [r for r in runs if r["coalesce"]]
@@ -153,13 +179,16 @@ def main() -> None:
         "mean_rows_per_decode_step": {"off": spread([r["mean_rows_per_decode_step"] for r in off]),
                                       "on": spread([r["mean_rows_per_decode_step"] for r in on])},
         "mean_rows_per_call": {"off": spread([r["mean_rows_per_call"] for r in off]), "on": spread([r["mean_rows_per_call"] for r in on])},
+        "mean_turns": {"off": spread([r["mean_turns"] for r in off]), "on": spread([r["mean_turns"] for r in on])},
     }
     print(json.dumps(summary, indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "bench": "agentic_batching", "commit": commit(), "command": command_line(sys.argv),
-            "setup": {"family": "files", "config": "configs/files.yaml", "model": config.model.name, "workers": args.workers,
+            "setup": {"family": "files", "config": command_line([str(args.config)]), "model": config.model.name,
+                      "init_from": command_line([str(config.model.init_from)]) if config.model.init_from else None,
+                      "background_load_threads": args.background_load, "workers": args.workers,
                       "episodes_per_group": args.n, "concurrent_episodes": args.workers * args.n, "groups_per_worker": args.groups,
                       "window_s": args.window, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"),
