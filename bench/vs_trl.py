@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
-from rlyard.config import DEFAULT_LORA_TARGETS, RunConfig
+from rlyard.config import DEFAULT_LORA_TARGETS, RunConfig, apply_overrides
 from rlyard.data import TaskStream
 from rlyard.engines import HFEngine
 from rlyard.envs import get_family
@@ -80,6 +80,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads for both")
     parser.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's default; off for a speed comparison")
     parser.add_argument("--only", choices=["trl", "rlyard"], help="run one side only (for debugging)")
+    parser.add_argument("--rlyard-set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides for rlyard's side only, e.g. rollout.quantize=int8 (default: none)")
     parser.add_argument("--out", default="bench/results/vs_trl.json", help="JSON results (default bench/results/vs_trl.json)")
     args = parser.parse_args()
     if args.quick:
@@ -95,7 +97,9 @@ def train_tasks(args, family):
 
 
 def run_config(args, run_dir: Path) -> RunConfig:
-    return RunConfig.model_validate({
+    """rlyard's side: the shared settings, then --rlyard-set overrides (rlyard's own options, e.g.
+    rollout.quantize=int8; the comparison then differs in that setting, which the JSON records)."""
+    return RunConfig.model_validate(apply_overrides({
         "name": "vs_trl",
         "model": {"name": args.model, "lora": {"rank": args.lora_rank, "alpha": args.lora_alpha}},
         "env": {"name": "arith", "options": ARITH_OPTIONS},
@@ -105,7 +109,7 @@ def run_config(args, run_dir: Path) -> RunConfig:
         "train": {"steps": args.steps, "seed": args.seed, "threads": args.threads, "micro_batch_size": args.micro_batch},
         "eval": {"size": args.eval_size, "at_start": args.eval_size > 0, "max_new_tokens": args.max_new_tokens},
         "output": {"run_dir": str(run_dir), "checkpoint_every": 0, "progress": False, "plot": False},
-    })
+    }, list(getattr(args, "rlyard_set", None) or [])))
 
 
 def held_out_accuracy(model, tokenizer, family, args) -> float | None:
@@ -325,6 +329,7 @@ def passthrough(args) -> list[str]:
                  "micro_batch", "truncated_reward", "eval_size", "threshold", "window", "threads"):
         flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     flags += ["--trl-gradient-checkpointing"] * args.trl_gradient_checkpointing + (["--only", args.only] if args.only else [])
+    flags += ["--rlyard-set", *args.rlyard_set] if args.rlyard_set else []
     return flags
 
 
