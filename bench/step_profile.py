@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from provenance import scrub  # bench/ is on sys.path when a script runs
 from vs_trl import machine, run_config
+from vs_trl import parse_args as vs_trl_settings
 
 PHASES = ("generate", "verify", "score", "forward_and_loss", "backward", "optimizer", "push_weights", "other")
 
@@ -99,9 +100,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the profile here")
     args = parser.parse_args()
-    settings = argparse.Namespace(model="embedded", steps=args.steps, prompts=4, n=8, temperature=0.7, max_new_tokens=32,
-                                  truncated_reward=0.0, lora_rank=16, lora_alpha=32, lr=5e-4, seed=args.seed,
-                                  threads=args.threads, micro_batch=8, eval_size=0)
+    settings = vs_trl_settings(["--steps", str(args.steps), "--seed", str(args.seed), "--threads", str(args.threads),
+                                "--eval-size", "0"])  # vs_trl.py's own defaults for everything else
     clock = PhaseClock()
     instrument(clock)
     from rlyard.orchestrate.entry import train

@@ -56,7 +56,8 @@ from provenance import commit, scrub  # bench/ is on sys.path when a script runs
 ARITH_OPTIONS = {"ops": "+", "min_value": 10, "max_value": 99}  # the quickstart's
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The settings of both sides; `argv` (default: the command line) lets other benches reuse them."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="embedded", help="HF id or path; default: the embedded SmolLM2-135M-Instruct")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps for each framework (default 30)")
@@ -83,7 +84,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rlyard-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for rlyard's side only, e.g. rollout.quantize=int8 (default: none)")
     parser.add_argument("--out", default="bench/results/vs_trl.json", help="JSON results (default bench/results/vs_trl.json)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.eval_size = 2, min(args.eval_size, 20)
     return args

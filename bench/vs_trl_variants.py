@@ -63,8 +63,7 @@ def one_seed(variant: str, seed: int) -> dict:
     import vs_trl
 
     apply(variant)
-    sys.argv = ["vs_trl.py", "--seed", str(seed), "--only", "rlyard"]
-    args = vs_trl.parse_args()
+    args = vs_trl.parse_args(["--seed", str(seed), "--only", "rlyard"])
     started = time.perf_counter()
     run = vs_trl.run_rlyard(args)
     rewards = [step["reward"] for step in run["steps"]]
