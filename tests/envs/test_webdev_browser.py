@@ -7,6 +7,10 @@ name), WebSocket, fetch, sendBeacon, an image, a dns-prefetch and lookups of nam
 resolve to loopback (`localhost`, `*.localhost`). The control renders the same page in a
 Chromium launched as before this change (root, `--no-sandbox`, the host's network namespace,
 the same flags), and its WebRTC datagrams do arrive: the listeners can hear what the box stops.
+
+A page whose script never yields (a loop started at several moments of the render) is hung
+within a bound, and the browser that ran it is killed for good: no Chromium process of it is
+left, none of ours keeps a core busy, and the next page gets a fresh browser.
 """
 from __future__ import annotations
 
@@ -19,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from rlyard.envs.webdev import workers
 from rlyard.envs.webdev.checks import normalize_checks
 from rlyard.envs.webdev.render import ARGS, WORKERS, browser_available, chromium_path, renderer
 from rlyard.envs.webdev.verify import grade_dist
+from rlyard.envs.webdev.workers import BrowserWorkers, WorkerStuck
 
 pytestmark = [pytest.mark.timeout(300)]
 needs_browser = pytest.mark.skipif(not browser_available(), reason="needs Debian chromium and nodejs")
@@ -198,8 +204,162 @@ def test_the_measure_ignores_what_the_page_redefines(browser, tmp_path):
 def test_a_page_past_the_time_limit_scores_0_and_its_worker_is_replaced(browser, tmp_path):
     before = WORKERS.run(lambda: renderer().launches)
     spin = "<!doctype html><html><body><h1>Hello</h1><script>setTimeout(() => { for (;;) {} }, 300)</script></body></html>"
+    started = time.perf_counter()
     reward = grade_dist(site(tmp_path / "spin", spin), payload(tmp_path, timeout_s=2.0), "spin")
     assert reward.value == 0.0 and reward.components["hung"] == 1.0, reward
+    assert time.perf_counter() - started < 2.0 + 20.0  # a bound on hanging, not a speed test
     healthy = grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok")
     assert healthy.value == 1.0, healthy
     assert WORKERS.run(lambda: renderer().launches) > before
+
+
+# Pages whose script never yields, each starting its loop at another moment of the render: while
+# the document is parsed (in <head>, in <body>), 300 ms after it (during the settle, the screenshot
+# or the measure, depending on the machine's speed), at the first animation frame, at `load`.
+NEVER_YIELDS = {
+    "head_while_true": "<!doctype html><html><head><script>while (true) {}</script></head><body><h1>Hello</h1></body></html>",
+    "inline_for": "<!doctype html><html><body><h1>Hello</h1><script>for (;;) {}</script></body></html>",
+    "set_timeout_300ms": "<!doctype html><html><body><h1>Hello</h1><script>setTimeout(() => { for (;;) {} }, 300)</script></body></html>",
+    "animation_frame": "<!doctype html><html><body><h1>Hello</h1><script>requestAnimationFrame(() => { for (;;) {} })</script></body></html>",
+    "load_handler": "<!doctype html><html><body><h1>Hello</h1><script>addEventListener('load', () => { for (;;) {} })</script></body></html>",
+}
+HANG_BOUND_S = 20.0  # over the page's time limit: a bound on hanging, not a speed test
+
+
+def _proc(pid: int) -> tuple[str, str, int, int] | None:
+    """(name, state, parent pid, user + system CPU ticks) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return text[text.index("(") + 1:text.rindex(")")], fields[0], int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def _alive(pids) -> list[int]:
+    return [pid for pid in pids if (_proc(pid) or ("", "Z"))[1] != "Z"]
+
+
+def _our_chromium() -> set[int]:
+    """Chromium processes descended from this test process (through Playwright's driver)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        found = _proc(int(entry.name)) if entry.name.isdigit() else None
+        if found is not None:
+            names[int(entry.name)], parents[int(entry.name)] = found[0], found[2]
+    ours, me = set(), os.getpid()
+    for pid in parents:
+        walk, seen = pid, 0
+        while walk in parents and walk != me and seen < 64:
+            walk, seen = parents[walk], seen + 1
+        if walk == me and ("chrom" in names[pid] or "headless" in names[pid]):
+            ours.add(pid)
+    return ours
+
+
+def _busy(pids, seconds: float = 1.0) -> dict[int, float]:
+    """Processes among `pids` that used over half a core in `seconds`: pid -> cores used."""
+    first = {pid: found[3] for pid in pids if (found := _proc(pid)) is not None}
+    time.sleep(seconds)
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {pid: ((_proc(pid) or ("", "", 0, start))[3] - start) / ticks / seconds for pid, start in first.items()}
+    return {pid: round(share, 2) for pid, share in used.items() if share > 0.5}
+
+
+def _current_box(tmp: Path):
+    """The browser box of the worker that takes the next page (the first, all being idle), with a
+    browser started in it."""
+    assert grade_dist(site(tmp / "warm", OK_PAGE), payload(tmp), "warm").value == 1.0
+    return WORKERS.run(lambda: renderer().box)
+
+
+@needs_browser
+@pytest.mark.parametrize("name", sorted(NEVER_YIELDS))
+def test_a_page_that_never_yields_is_hung_within_bounds_and_its_chromium_is_gone(browser, tmp_path, name):
+    box = _current_box(tmp_path)
+    assert box is not None and box.browser_pid() is not None
+    old = set(box.pids_in()) | set(box.session_pids())
+    assert len(old) >= 3
+    started = time.perf_counter()
+    reward = grade_dist(site(tmp_path / name, NEVER_YIELDS[name]), payload(tmp_path, timeout_s=2.0), name)
+    took = time.perf_counter() - started
+    assert reward.value == 0.0 and reward.components["hung"] == 1.0, (name, reward)
+    assert took < 2.0 + HANG_BOUND_S, (name, took)
+    # the browser that ran the page is gone, all of it: nothing of it left spinning on a core
+    left = _alive(old | set(box.session_pids()))
+    assert not left, (name, left, [(pid, _proc(pid)) for pid in left])
+    assert not _busy(old | _our_chromium()), name
+    healthy = grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok")
+    assert healthy.value == 1.0, (name, healthy)
+    print(f"{name}: hung in {took:.1f} s")
+
+
+@needs_browser
+def test_a_loop_that_starts_during_the_screenshot_is_hung_within_bounds(browser, tmp_path):
+    # Where the CI hang was: a loop that starts while Page.screenshot captures (here about 300 ms
+    # after load, at either viewport) can keep the screenshot waiting past its own timeout, for
+    # good (seen before this change in about 1 render of 30 over these delays). The delays sweep
+    # that moment; each page must be hung within the bound, its browser gone.
+    for delay in range(300, 351, 10):
+        page = f"<!doctype html><html><body><h1>Hello</h1><script>setTimeout(() => {{ for (;;) {{}} }}, {delay})</script></body></html>"
+        started = time.perf_counter()
+        reward = grade_dist(site(tmp_path / f"spin{delay}", page), payload(tmp_path, timeout_s=2.0), "spin")
+        took = time.perf_counter() - started
+        assert reward.value == 0.0 and reward.components.get("hung") == 1.0, (delay, reward)
+        assert took < 2.0 + HANG_BOUND_S, (delay, took)
+    assert not _busy(_our_chromium())
+    assert grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok").value == 1.0
+
+
+@needs_browser
+def test_a_worker_blocked_in_a_playwright_call_is_freed_by_killing_its_browser(browser, tmp_path):
+    # page.evaluate has no timeout of its own: on a page that never yields it would wait for good
+    from playwright.sync_api import Error as PlaywrightError
+
+    used = []
+
+    def job():
+        current = renderer()
+        used.append(current)
+        current.browser().new_page().evaluate("() => { for (;;) {} }")
+
+    replaced = WORKERS.replaced
+    started = time.perf_counter()
+    with pytest.raises(PlaywrightError):
+        WORKERS.run(job, limit_s=3.0, on_stuck=lambda give_up: used[0].abandon(give_up))
+    assert time.perf_counter() - started < 3.0 + HANG_BOUND_S
+    assert WORKERS.replaced == replaced  # the kill was enough: the worker came back
+    assert not _busy(_our_chromium())
+    healthy = grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok")
+    assert healthy.value == 1.0, healthy
+
+
+def test_a_worker_that_never_comes_back_is_replaced_and_its_queue_served(monkeypatch):
+    monkeypatch.setattr(workers, "STUCK_GRACE_S", 0.5)
+    closed: list[str] = []
+    pool = BrowserWorkers(1, close_browser=lambda: closed.append(threading.current_thread().name))
+    release = threading.Event()
+    calls: list[bool] = []
+    queued: list[str] = []
+
+    def stuck():
+        threading.Thread(target=lambda: queued.append(pool.run(lambda: "served", limit_s=5.0)), daemon=True).start()
+        release.wait()  # deaf to on_stuck's kills, as a call that never returns would be
+
+    started = time.perf_counter()
+    with pytest.raises(WorkerStuck):
+        pool.run(stuck, limit_s=1.0, on_stuck=calls.append)
+    assert calls == [False, True] and time.perf_counter() - started < 1.0 + 0.5 + 5.0
+    assert pool.run(lambda: threading.current_thread().name, limit_s=5.0) == "rlyard-webdev-browser-0-1"
+    for _ in range(100):
+        if queued:
+            break
+        time.sleep(0.05)
+    assert queued == ["served"]  # the job queued behind the stuck one was not held
+    release.set()  # the old thread comes back: it closes its browser and ends
+    for _ in range(100):
+        if closed:
+            break
+        time.sleep(0.05)
+    assert closed == ["rlyard-webdev-browser-0"] and pool.replaced == 1

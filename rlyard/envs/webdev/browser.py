@@ -15,8 +15,14 @@ A page is the policy's code, so the browser that runs it is held the way a sandb
   box; the page scores 0 with the reason and the worker's next page gets a fresh browser.
 
 Playwright launches `BrowserBox.executable`, a small shell script in a root-only folder that
-enters the cgroups, hands the profile folder to the uid and execs
+enters the cgroups, hands the profile folder to the uid, writes its pid and execs
 `unshare --net setpriv ... chromium` with Playwright's own arguments (the pipe fds pass through).
+
+A browser is ended by `BrowserBox.kill` first, Playwright's `browser.close()` after: that call
+waits, with no timeout, until every process holding the browser's stdout and stderr has exited,
+and every Chromium child (zygotes, renderers, crash handlers) inherits them; so a process that
+outlived its browser (a renderer whose page never yields, were Chromium not to end it) would keep
+the caller waiting and itself spinning. See `BrowserBox.kill` for how the processes are found.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from rlyard.sandbox.cgroups import SandboxCgroup, backend
@@ -88,6 +95,8 @@ class BrowserBox:
         self.lease: UidLease | None = default_pool().acquire() if os.geteuid() == 0 else None
         self.cgroup: SandboxCgroup | None = None
         self.reason = ""  # why the watchdog killed this box ("" while it has not)
+        self._browser_pid: int | None = None
+        self.driver_pid: int | None = None  # Playwright's node driver, the browser's parent (`launched`)
         self._closed = threading.Event()
         found = backend()
         try:
@@ -119,6 +128,8 @@ class BrowserBox:
                 run += [shutil.which("prlimit") or "prlimit", f"--nproc={self.pids}:{self.pids}", "--"]
             run += [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                     "--inh-caps=-all", "--"]
+        # the pid Chromium will have: unshare (without --fork), prlimit and setpriv all exec
+        lines.append(f"echo $$ > {shlex.quote(str(self.folder / 'pid'))}")
         lines.append("exec " + " ".join(shlex.quote(a) for a in [*run, chromium]) + ' "$@"')
         path = self.folder / "chromium"
         path.write_text("\n".join(lines) + "\n")
@@ -135,14 +146,37 @@ class BrowserBox:
                 return []
         if self.lease is None:
             return []
-        out = []
-        for entry in Path("/proc").iterdir():
+        return [int(entry.name) for entry in Path("/proc").iterdir()
+                if entry.name.isdigit() and _real_uid(int(entry.name)) == self.lease.uid]
+
+    def browser_pid(self) -> int | None:
+        """Chromium's main process (the pid the wrapper wrote before exec), once launched."""
+        if self._browser_pid is None:
             try:
-                if entry.name.isdigit() and entry.stat().st_uid == self.lease.uid:
-                    out.append(int(entry.name))
-            except OSError:
-                continue
-        return out
+                self._browser_pid = int((self.folder / "pid").read_text())
+            except (OSError, ValueError):
+                return None
+        return self._browser_pid
+
+    def launched(self) -> None:
+        """Note the browser's pid and its parent, Playwright's driver (see `kill_child`), after a launch."""
+        pid = self.browser_pid()
+        found = _stat(pid) if pid is not None else None
+        self.driver_pid = found[1] if found is not None else None
+
+    def session_pids(self) -> list[int]:
+        """The live processes of the browser's session that run as the box's uid.
+
+        Playwright spawns the browser detached (setsid): its session id is its pid, and every
+        Chromium child that does not start a session of its own (zygotes, renderers, utility
+        processes) keeps it, whatever namespaces it is in. This finds them where the box has no
+        cgroup and no uid of its own (rlyard not root, no cgroup). A pid is not reused while a
+        session of that number has a member, and only the box's uid is counted."""
+        sid = self.browser_pid()
+        if sid is None:
+            return []
+        uid = self.lease.uid if self.lease is not None else os.geteuid()
+        return [pid for pid, session, state in _processes() if session == sid and state != "Z" and _real_uid(pid) == uid]
 
     def _rss(self) -> int:
         total = 0
@@ -175,16 +209,22 @@ class BrowserBox:
                 return
 
     def kill(self) -> None:
+        """SIGKILL every process of the box until none is left (up to about 1 s).
+
+        Found three ways, so that a page that never yields cannot keep one alive: the box's
+        cgroup (every descendant, whatever it does; where one exists), the leased uid (rlyard as
+        root: only this box runs as it) and the browser's session (`session_pids`: the way left
+        where neither exists). Playwright's `browser.close()` returns once all are gone."""
         for _ in range(50):
-            pids = self.pids_in()
-            if not pids:
+            pids = [pid for pid in set(self.pids_in()) | set(self.session_pids()) if (_stat(pid) or ("Z",))[0] != "Z"]
+            if not pids:  # (a zombie is dead already: its parent has not reaped it yet)
                 return
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            self._closed.wait(0.02)
+            time.sleep(0.02)  # not self._closed.wait: once closed, that returns at once
 
     def close(self) -> None:
         self._closed.set()
@@ -194,3 +234,44 @@ class BrowserBox:
         if self.lease is not None:
             self.lease.release()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def kill_child(pid: int | None) -> None:
+    """SIGKILL `pid` if it is still a child of this process (Playwright's node driver, say)."""
+    found = _stat(pid) if pid else None
+    if pid and found is not None and found[1] == os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, session id) of a process, or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, session id, state) of every process in /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            found = _stat(int(entry.name))
+            if found is not None:
+                out.append((int(entry.name), found[2], found[0]))
+    return out
+
+
+def _real_uid(pid: int) -> int | None:
+    """The real uid from /proc/PID/status: /proc/PID itself is root's for a non-dumpable process."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

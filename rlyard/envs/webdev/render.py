@@ -8,29 +8,41 @@ namespace with no way out, a memory and pid cgroup; so what a route does not see
 socket) cannot leave either.
 
 Playwright's sync objects belong to the thread that made them, so each browser lives in a worker
-thread of its own (`BrowserWorkers`, RLYARD_WEBDEV_BROWSERS per process, default 2) and is reused
-across pages: starting Chromium costs more than grading a page (bench/webdev_render.py). At each
-viewport the full-page screenshot is taken first, then the measure runs in an isolated world (the
-page's DOM, pristine built-ins). A page that does not settle in time (a loop in a script), or
-passes the box's memory or process limit, loses its browser: the worker's next page gets a fresh one.
+thread of its own (`BrowserWorkers`, workers.py: RLYARD_WEBDEV_BROWSERS per process, default 2)
+and is reused across pages: starting Chromium costs more than grading a page
+(bench/webdev_render.py). At each viewport the full-page screenshot is taken first, then the
+measure runs in an isolated world (the page's DOM, pristine built-ins). A page that does not
+settle in time (a loop in a script), or passes the box's memory or process limit, loses its
+browser: the worker's next page gets a fresh one.
+
+The time limit is kept at three levels, because a page whose script never yields can leave a
+Playwright call waiting for good, and with it the grader's thread, while its renderer spins on a
+core: some calls have no timeout (`context.close()`, `browser.close()`, a CDP call), and
+`page.screenshot` has been seen to outlive its own: a page looping from 300-360 ms after `load`
+kept it waiting in about one render of 30, when the loop began during the capture.
+- each Playwright call that has a timeout gets the page's `timeout_s` (then: hung);
+- a watchdog per viewport kills the browser's processes (BrowserBox.kill) at `visit_limit_s`:
+  every call waiting on them then fails, the page is hung and the next page gets a new browser;
+- `render_site`'s caller waits at most `render_limit_s` after a worker takes the page: then the
+  browser is killed from the caller's side and, if the worker still does not come back, it is
+  replaced (workers.py) and the page scores as hung.
+A dropped browser is always killed before `browser.close()` (see `Renderer.restart`).
 """
 from __future__ import annotations
 
-import atexit
 import json
 import mimetypes
 import os
-import queue
 import shutil
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlsplit
 
-from rlyard.envs.webdev.browser import BrowserBox, sandbox_failed, sandbox_usable
+from rlyard.envs.webdev.browser import BrowserBox, kill_child, sandbox_failed, sandbox_usable
 from rlyard.envs.webdev.checks import HEIGHT_JS
+from rlyard.envs.webdev.workers import BrowserWorkers, WorkerStuck
 
 HOST = "site.local"
 ORIGIN = f"http://{HOST}"
@@ -39,6 +51,8 @@ MOBILE = {"width": 390, "height": 844}
 MAX_FILE_BYTES = 5 << 20  # a bigger file in dist/ is served as 404
 MAX_SHOT_HEIGHT = 6000  # px of a full-page screenshot kept (an endless page is cut)
 SETTLE_MS = 150  # after `load`: late layout, web fonts, a first timer
+LAUNCH_TIMEOUT_S = 30.0  # Playwright's own limit on starting Chromium (then: infra error)
+VISIT_SLACK_S = 5.0  # see visit_limit_s
 ARGS = [
     "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio",
     "--font-render-hinting=none", "--force-color-profile=srgb", "--disable-extensions", "--no-first-run",
@@ -101,6 +115,19 @@ def site_file(root: Path, url_path: str) -> Path | None:
     return path
 
 
+def visit_limit_s(timeout_s: float) -> float:
+    """How long one viewport (context, load, screenshot, measure, close) may take before its
+    browser is killed: each step has `timeout_s` of its own, so a page that uses most of it in
+    two steps is not cut; one that needs more is hung anyway."""
+    return 2 * timeout_s + VISIT_SLACK_S
+
+
+def render_limit_s(timeout_s: float) -> float:
+    """How long `render_site`'s caller waits for a worker that has started its page: two
+    launches and two viewports at their limits, and the closing after each (restart)."""
+    return 2 * (LAUNCH_TIMEOUT_S + visit_limit_s(timeout_s)) + 2 * VISIT_SLACK_S
+
+
 class Renderer:
     """One Chromium for this thread; `render` loads a dist/ folder at both viewports."""
 
@@ -109,7 +136,10 @@ class Renderer:
         self._playwright = self._browser = None
         self.box: BrowserBox | None = None
         self.launches = 0
-        self._hang_killed = False
+        self.viewport = ""  # the viewport being rendered ("" between pages): read by render_site
+        self._driver_pid: int | None = None  # Playwright's node driver (a child of this process)
+        self._hang_killed = False  # a watchdog killed the browser during this page: hung
+        self._abandoned = False  # its worker was given up (abandon): no more Playwright calls
 
     def browser(self):
         if self._browser is None or not self._browser.is_connected():
@@ -127,6 +157,8 @@ class Renderer:
                 self.close()
                 raise RendererUnavailable(f"Chromium ({executable}) did not start: {error}") from error
             self.launches += 1
+            self.box.launched()
+            self._driver_pid = self.box.driver_pid or self._driver_pid
         return self._browser
 
     def _launch(self, executable: str):
@@ -135,7 +167,7 @@ class Renderer:
             self.box = BrowserBox(executable)
             try:
                 return self._playwright.chromium.launch(executable_path=self.box.executable, args=ARGS,
-                                                        chromium_sandbox=own_sandbox)
+                                                        chromium_sandbox=own_sandbox, timeout=LAUNCH_TIMEOUT_S * 1000)
             except Exception as error:
                 self.box.close()
                 self.box = None
@@ -145,10 +177,16 @@ class Renderer:
         raise AssertionError("unreachable")
 
     def restart(self) -> None:
-        """Drop this browser (a hung, crashed or over-limit one) and its box; the next page starts a fresh one."""
+        """Drop this browser (a hung, crashed or over-limit one) and its box; the next page starts a fresh one.
+
+        Its processes are killed first: `browser.close()` has no timeout and waits until every
+        process holding Chromium's stdout has exited (browser.py); once they are dead, it only
+        tidies up (Playwright's temporary profile)."""
         browser, self._browser = self._browser, None
         box, self.box = self.box, None
-        if browser is not None:
+        if box is not None:
+            box.kill()
+        if browser is not None and not self._abandoned:
             try:
                 browser.close()
             except Exception:
@@ -158,12 +196,37 @@ class Renderer:
 
     def close(self) -> None:
         self.restart()
-        if self._playwright is not None:
+        if self._playwright is not None and not self._abandoned:
             try:
                 self._playwright.stop()
             except Exception:
                 pass
-            self._playwright = None
+        self._playwright = None
+
+    def abandon(self, give_up: bool) -> None:
+        """Called from another thread when this renderer's page runs past `render_limit_s`:
+        kill the browser's processes, so that the Playwright call the worker waits in fails
+        (the page: hung). `give_up` (the worker did not come back even so): also kill the
+        Playwright driver, and make no more Playwright calls from this renderer."""
+        self._hang_killed = True
+        box = self.box
+        if box is not None:
+            box.kill()
+        if give_up:
+            self._abandoned = True
+            kill_child(self._driver_pid)
+
+    def _watchdog(self, box: BrowserBox | None) -> threading.Timer:
+        """Started for a viewport: at `visit_limit_s` it kills the box (then: hung)."""
+        def kill() -> None:
+            self._hang_killed = True
+            if box is not None:
+                box.kill()
+
+        timer = threading.Timer(visit_limit_s(self.timeout_s), kill)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def render(self, dist: Path, probes: dict[str, list[dict]], measure_js: str,
                stop: Callable[[Rendered], bool] | None = None) -> Rendered:
@@ -173,14 +236,16 @@ class Renderer:
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
         out = Rendered()
-        self._hang_killed = False
         for name, viewport in (("desktop", DESKTOP), ("mobile", MOBILE)):
             if name == "mobile" and (not probes.get("mobile") or (stop is not None and stop(out))):
                 continue
-            context = box = None
+            self.viewport = name
+            self._hang_killed = False  # (a kill in an earlier viewport was followed by a restart)
+            context = box = watchdog = None
             try:
                 browser = self.browser()
                 box = self.box
+                watchdog = self._watchdog(box)
                 context = browser.new_context(viewport=viewport, reduced_motion="reduce", service_workers="block",
                                               accept_downloads=False, java_script_enabled=True)
                 self._visit(context, dist, viewport, name, probes.get(name, []), measure_js, out)
@@ -197,23 +262,19 @@ class Renderer:
                     out.broken = "" if out.over_limit else f"{name}: {str(error).splitlines()[0][:300]}"
             finally:
                 out.over_limit = out.over_limit or (box.reason or box.over_limit() if box is not None else "")
-                # a spinning page can block context.close() for good: its browser is dropped instead
+                # a spinning page can block context.close() for good: the watchdog kills the browser then
                 if context is not None and not out.over_limit and not out.hung:
-                    closer = threading.Timer(self.timeout_s, box.kill) if box is not None else None
-                    if closer is not None:
-                        closer.daemon = True
-                        closer.start()
                     try:
                         context.close()
                     except Exception:
                         self.restart()
-                    finally:
-                        if closer is not None:
-                            closer.cancel()
-            if out.hung or out.over_limit:
+                if watchdog is not None:
+                    watchdog.cancel()
+            if out.hung or out.over_limit or self._hang_killed:
                 self.restart()  # a page that spun or passed a limit: its worker gets a fresh browser
             if out.hung or out.broken or out.over_limit:
                 break
+        self.viewport = ""
         return out
 
     def _visit(self, context, dist: Path, viewport: dict, name: str, probes: list[dict], measure_js: str, out: Rendered) -> None:
@@ -301,69 +362,34 @@ def renderer(timeout_s: float = 10.0) -> Renderer:
     return current
 
 
-class BrowserWorkers:
-    """`count` long-lived threads, each owning one browser; graders in any thread hand them pages.
-
-    Rollout threads come and go (a harness pool's threads end with the pool), and a browser left
-    in a dead thread's local storage could never be closed: Playwright objects answer only their
-    own thread. So pages are rendered by these workers instead, never by the caller's thread.
-    """
-
-    def __init__(self, count: int):
-        self.count, self._queues, self._busy, self._lock = max(1, count), [], [], threading.Lock()
-
-    def _serve(self, jobs: queue.Queue, slot: int) -> None:
-        while True:
-            job, future = jobs.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(job())
-                except BaseException as error:
-                    future.set_exception(error)
-            with self._lock:
-                self._busy[slot] -= 1
-
-    def _submit(self, slot: int, job) -> Future:
-        future: Future = Future()
-        self._busy[slot] += 1
-        self._queues[slot].put((job, future))
-        return future
-
-    def _start(self) -> None:
-        for slot in range(self.count):
-            jobs: queue.Queue = queue.Queue()
-            self._queues.append(jobs)
-            self._busy.append(0)
-            threading.Thread(target=self._serve, args=(jobs, slot), daemon=True, name=f"rlyard-webdev-browser-{slot}").start()
-        atexit.register(self.close)
-
-    def run(self, job):
-        """`job()` on the least busy worker; its result, or its exception raised here."""
-        with self._lock:
-            if not self._queues:
-                self._start()
-            slot = min(range(self.count), key=self._busy.__getitem__)
-            future = self._submit(slot, job)
-        return future.result()
-
-    def each(self, job, timeout_s: float | None = None) -> None:
-        """`job()` once on every started worker (close or restart their browsers)."""
-        with self._lock:
-            futures = [self._submit(slot, job) for slot in range(len(self._queues))]
-        for future in futures:
-            future.result(timeout=timeout_s)
-
-    def close(self) -> None:
-        try:
-            self.each(lambda: renderer().close(), timeout_s=30)
-        except Exception:
-            pass
+def _close_local() -> None:
+    """Close the calling worker thread's browser and driver, if it made one."""
+    current = getattr(_local, "renderer", None)
+    if current is not None:
+        current.close()
 
 
-WORKERS = BrowserWorkers(int(os.environ.get("RLYARD_WEBDEV_BROWSERS", "2")))
+WORKERS = BrowserWorkers(int(os.environ.get("RLYARD_WEBDEV_BROWSERS", "2")), close_browser=_close_local)
 
 
 def render_site(dist: Path, probes: dict[str, list[dict]], measure_js: str, timeout_s: float,
                 stop: Callable[[Rendered], bool] | None = None) -> Rendered:
-    """Render on one of the browser workers (RLYARD_WEBDEV_BROWSERS of them per process, default 2)."""
-    return WORKERS.run(lambda: renderer(timeout_s).render(dist, probes, measure_js, stop))
+    """Render on one of the browser workers (RLYARD_WEBDEV_BROWSERS of them per process, default 2).
+
+    Returns within `render_limit_s(timeout_s)` (plus workers.STUCK_GRACE_S) of a worker taking
+    the page, whatever the page does: past that, the page is hung (module docstring)."""
+    used: list[Renderer] = []
+
+    def job() -> Rendered:
+        current = renderer(timeout_s)
+        used.append(current)
+        return current.render(dist, probes, measure_js, stop)
+
+    def on_stuck(give_up: bool) -> None:
+        if used:
+            used[0].abandon(give_up)
+
+    try:
+        return WORKERS.run(job, limit_s=render_limit_s(timeout_s), on_stuck=on_stuck)
+    except WorkerStuck:
+        return Rendered(hung=(used[0].viewport if used else "") or "desktop")
