@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from vs_trl_agentic import SMOL_BASH_TEMPLATE, FilesTools  # noqa: E402
+from vs_trl_agentic import SMOL_BASH_TEMPLATE, SMOL_TOOL_CHAT_TEMPLATE, FilesTools  # noqa: E402
 
 from rlyard.envs import get_family  # noqa: E402
 
@@ -31,6 +31,28 @@ def test_a_bash_block_is_a_bash_call_and_prose_is_content(tokenizer):
     assert call["content"] == "Looking it up."
     assert call["tool_calls"] == [{"type": "function", "function": {"name": "bash", "arguments": {"command": "grep -rn 'name: x7' inventory"}}}]
     assert plain == {"role": "assistant", "content": "The team is Willow."}
+
+
+def test_trls_copy_of_the_template_renders_prompts_as_smollm2s_own_and_a_bash_call_as_its_block(tokenizer):
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    conversations = [[{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}], [{"role": "user", "content": "q"}],
+                     [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "out"}]]
+    own = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+    copy = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True, chat_template=SMOL_TOOL_CHAT_TEMPLATE)
+            for c in conversations]
+    assert copy == own
+    call = [*conversations[1], {"role": "assistant", "content": "Look.", "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]}]
+    assert tokenizer.apply_chat_template(call, tokenize=False, chat_template=SMOL_TOOL_CHAT_TEMPLATE).endswith(
+        "<|im_start|>assistant\nLook.\n```bash\nls\n```<|im_end|>\n")
+    original = tokenizer.chat_template
+    tokenizer.chat_template = SMOL_TOOL_CHAT_TEMPLATE
+    try:
+        assert supports_tool_calling(tokenizer) and is_chat_template_prefix_preserving(tokenizer)
+    finally:
+        tokenizer.chat_template = original
+    assert not supports_tool_calling(tokenizer)  # SmolLM2's own: what TRL refuses
 
 
 def test_the_tool_environment_plays_the_oracle_to_rlyards_reward_and_a_wrong_answer_to_0():
