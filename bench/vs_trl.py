@@ -121,6 +121,23 @@ def held_out_accuracy(model, tokenizer, family, args) -> float | None:
     return evaluate(engine, tokenizer, family, tasks, args.max_new_tokens, stop_tokens(tokenizer))["accuracy"]
 
 
+def grpo_config(output_dir: str, seed: int, steps: int, micro_batch: int, episodes: int, n: int, temperature: float,
+                lr: float, gradient_checkpointing: bool = False, **extra):
+    """TRL's GRPOConfig as both TRL benches run it: one optimizer step per `episodes` completions in
+    micro-batches, constant lr, AdamW without weight decay, clip 1.0, no KL, PPO-clip 0.2 with
+    token-mean loss ("dapo"), group-std advantages, prompts in the given order, CPU, float32."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=output_dir, use_cpu=True, bf16=False, seed=seed, max_steps=steps, per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=episodes // micro_batch, num_generations=n, temperature=temperature,
+        learning_rate=lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
+        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1,
+        shuffle_dataset=False, gradient_checkpointing=gradient_checkpointing,
+        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, **extra,
+    )
+
+
 def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
     """The GRPOTrainer arguments both TRL benches share: reward function, config, dataset, LoRA.
 
@@ -129,7 +146,6 @@ def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
     """
     from datasets import Dataset
     from peft import LoraConfig
-    from trl import GRPOConfig
 
     stop_ids = set(stop_tokens(tokenizer))
 
@@ -143,16 +159,9 @@ def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
             on_rewards(task_index, completion_ids, rewards)
         return rewards
 
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="vs_trl-"), use_cpu=True, bf16=False, seed=args.seed,
-        max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
-        gradient_accumulation_steps=args.prompts * args.n // args.micro_batch,
-        num_generations=args.n, max_completion_length=args.max_new_tokens, temperature=args.temperature,
-        learning_rate=args.lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
-        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1,
-        shuffle_dataset=False, gradient_checkpointing=args.trl_gradient_checkpointing,
-        logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-    )
+    config = grpo_config(tempfile.mkdtemp(prefix="vs_trl-"), args.seed, args.steps, args.micro_batch, args.prompts * args.n,
+                         args.n, args.temperature, args.lr, args.trl_gradient_checkpointing,
+                         max_completion_length=args.max_new_tokens)
     dataset = Dataset.from_list([{"prompt": task.prompt, "task_index": i} for i, task in enumerate(tasks)])
     lora = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
                       target_modules=list(DEFAULT_LORA_TARGETS), task_type="CAUSAL_LM")
@@ -160,30 +169,23 @@ def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
             "peft_config": lora}
 
 
-def run_trl(args) -> dict:
+def timed_grpo(steps: list[dict]):
+    """A GRPOTrainer subclass that times its generation calls (every turn of a tool-calling
+    episode is one), and a callback that appends each optimizer step's seconds, generation
+    seconds, mean reward and tool calls an episode (when TRL logs them) to `steps`."""
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    family, tokenizer = get_family("arith"), load_tokenizer(args.model)
-    tasks = train_tasks(args, family)
-    model = load_model(args.model)  # rlyard's cache of the embedded GGUF is a plain HF folder (no gguf flag)
-    if getattr(model.config, "quantization_config", None) is not None:
-        raise SystemExit("TRL needs a plain model; this one is flagged as quantized (pass a converted folder)")
-    sampled_tokens: list[int] = []  # per generation call
-
     class TimedGRPOTrainer(GRPOTrainer):
-        generate_seconds = 0.0
+        generate_seconds, calls, sampled_tokens = 0.0, 0, []
 
         def _generate_single_turn(self, *a, **k):
             started = time.perf_counter()
             completion_ids, logprobs = super()._generate_single_turn(*a, **k)
             TimedGRPOTrainer.generate_seconds += time.perf_counter() - started
-            sampled_tokens.append(sum(len(c) for c in completion_ids))
+            TimedGRPOTrainer.calls += 1
+            TimedGRPOTrainer.sampled_tokens.append(sum(len(c) for c in completion_ids))
             return completion_ids, logprobs
-
-    steps: list[dict] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, _args, state, control, **kw):
@@ -196,12 +198,27 @@ def run_trl(args) -> dict:
         def on_log(self, _args, state, control, logs=None, **kw):
             if logs and "reward" in logs and steps and steps[-1]["step"] == state.global_step:
                 steps[-1]["reward"] = logs["reward"]
+                if "tools/call_frequency" in logs:
+                    steps[-1]["tool_calls_per_episode"] = logs["tools/call_frequency"]
 
-    trainer = TimedGRPOTrainer(model=model, callbacks=[StepTimer()], **trl_setup(args, family, tokenizer, tasks))
+    return TimedGRPOTrainer, StepTimer()
+
+
+def run_trl(args) -> dict:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    family, tokenizer = get_family("arith"), load_tokenizer(args.model)
+    tasks = train_tasks(args, family)
+    model = load_model(args.model)  # rlyard's cache of the embedded GGUF is a plain HF folder (no gguf flag)
+    if getattr(model.config, "quantization_config", None) is not None:
+        raise SystemExit("TRL needs a plain model; this one is flagged as quantized (pass a converted folder)")
+    steps: list[dict] = []
+    TimedGRPOTrainer, timer = timed_grpo(steps)
+    trainer = TimedGRPOTrainer(model=model, callbacks=[timer], **trl_setup(args, family, tokenizer, tasks))
     started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - started
-    for row, tokens in zip(steps, sampled_tokens):
+    for row, tokens in zip(steps, TimedGRPOTrainer.sampled_tokens):  # one generation call a step
         row["sampled_tokens"] = tokens
     merged = trainer.model.merge_and_unload().eval()
     accuracy = held_out_accuracy(merged, tokenizer, family, args)

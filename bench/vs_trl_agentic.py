@@ -53,7 +53,7 @@ from rlyard.data import TaskStream
 from rlyard.envs import get_family
 from rlyard.models import load_model, load_tokenizer
 from provenance import scrub  # bench/ is on sys.path when a script runs
-from vs_trl import machine, time_to_threshold
+from vs_trl import grpo_config, machine, time_to_threshold, timed_grpo
 
 SMOL_BASH_TEMPLATE = {  # transformers' response_template: a ```bash block is a call of the bash tool
     "defaults": {"role": "assistant"},
@@ -159,8 +159,6 @@ def task_stream(config, family, count: int):
 def run_trl(args, config, model_dir: Path, work: Path) -> dict:
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -175,47 +173,18 @@ def run_trl(args, config, model_dir: Path, work: Path) -> dict:
         env.close()
     longest_prompt = max(len(tokenizer(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False),
                                        add_special_tokens=False).input_ids) for r in rows)
-    turns, steps = [], []
-
-    class TimedGRPOTrainer(GRPOTrainer):
-        generate_seconds, calls = 0.0, 0
-
-        def _generate_single_turn(self, *a, **k):
-            started = time.perf_counter()
-            out = super()._generate_single_turn(*a, **k)
-            TimedGRPOTrainer.generate_seconds += time.perf_counter() - started
-            TimedGRPOTrainer.calls += 1
-            return out
-
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, _args, state, control, **kw):
-            self.started, self.generate_before = time.perf_counter(), TimedGRPOTrainer.generate_seconds
-
-        def on_step_end(self, _args, state, control, **kw):
-            steps.append({"step": state.global_step, "seconds": time.perf_counter() - self.started,
-                          "generate_seconds": TimedGRPOTrainer.generate_seconds - self.generate_before})
-
-        def on_log(self, _args, state, control, logs=None, **kw):
-            if logs and "reward" in logs and steps and steps[-1]["step"] == state.global_step:
-                steps[-1]["reward"] = logs["reward"]
-                turns.append(logs.get("tools/call_frequency"))
-
+    steps: list[dict] = []
+    TimedGRPOTrainer, timer = timed_grpo(steps)
     episodes = config.rollout.prompts_per_step * config.rollout.n
-    grpo = GRPOConfig(
-        output_dir=str(work / "trl"), use_cpu=True, bf16=False, seed=args.seed, max_steps=args.steps,
-        per_device_train_batch_size=args.micro_batch, gradient_accumulation_steps=episodes // args.micro_batch,
-        num_generations=config.rollout.n, temperature=config.rollout.temperature,
-        max_completion_length=config.agent.max_total_tokens - longest_prompt,
-        max_tool_calling_iterations=config.agent.max_turns - 1,
-        learning_rate=config.algo.lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
-        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1, shuffle_dataset=False,
-        gradient_checkpointing=False, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
-    )
+    grpo = grpo_config(str(work / "trl"), args.seed, args.steps, args.micro_batch, episodes, config.rollout.n,
+                       config.rollout.temperature, config.algo.lr,
+                       max_completion_length=config.agent.max_total_tokens - longest_prompt,
+                       max_tool_calling_iterations=config.agent.max_turns - 1)
     lora = LoraConfig(r=config.model.lora.rank, lora_alpha=config.model.lora.alpha, lora_dropout=config.model.lora.dropout,
                       target_modules=list(config.model.lora.target_modules), task_type="CAUSAL_LM")
     trainer = TimedGRPOTrainer(model=load_model(str(model_dir)), args=grpo, train_dataset=Dataset.from_list(rows),
                                processing_class=tokenizer, peft_config=lora, environment_factory=FilesTools,
-                               callbacks=[StepTimer()])
+                               callbacks=[timer])
     started = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - started
@@ -223,7 +192,7 @@ def run_trl(args, config, model_dir: Path, work: Path) -> dict:
     trainer.model.merge_and_unload().save_pretrained(merged)
     load_tokenizer(str(model_dir)).save_pretrained(merged)
     return {"steps": steps, "train_seconds": train_seconds, "policy": str(merged), "generate_calls": TimedGRPOTrainer.calls,
-            "max_completion_length": grpo.max_completion_length, "tool_call_frequency": turns}
+            "max_completion_length": grpo.max_completion_length}
 
 
 def run_rlyard(args, model_dir: Path, work: Path) -> dict:
