@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlyard.sandbox.limits import Limits
+from rlyard.sandbox.procfs import proc_stat, rss_bytes
 
 CHUNK = 65536
 
@@ -32,12 +33,8 @@ def wait_namespace_gone(info: bytes, timeout_s: float = 5.0) -> None:
         return
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        try:
-            line = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return
-        comm, state = line[line.index("(") + 1:line.rindex(")")], line[line.rindex(")") + 2]
-        if comm != "bwrap" or state in "ZX":
+        found = proc_stat(pid)
+        if found is None or found.comm != "bwrap" or found.state in "ZX":
             return
         time.sleep(0.005)
     raise TeardownError(f"sandbox namespace (init pid {pid}) still alive {timeout_s}s after the run")
@@ -58,18 +55,12 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
 def tree_rss(pid: int) -> int:
     """Resident bytes of `pid` and all its descendants (processes that exit meanwhile count 0)."""
     total, todo = 0, [pid]
     while todo:
         current = todo.pop()
-        try:
-            total += int(Path(f"/proc/{current}/statm").read_text().split()[1]) * PAGE
-        except (OSError, IndexError, ValueError):
-            continue
+        total += rss_bytes(current)
         todo += _children(current)
     return total
 

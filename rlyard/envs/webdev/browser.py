@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from rlyard.sandbox.cgroups import SandboxCgroup, backend
+from rlyard.sandbox.procfs import all_pids, proc_stat, real_uid, rss_bytes
 from rlyard.sandbox.uids import UidLease, default_pool
 
 log = logging.getLogger("rlyard.envs.webdev")
@@ -146,8 +147,7 @@ class BrowserBox:
                 return []
         if self.lease is None:
             return []
-        return [int(entry.name) for entry in Path("/proc").iterdir()
-                if entry.name.isdigit() and _real_uid(int(entry.name)) == self.lease.uid]
+        return [pid for pid in all_pids() if real_uid(pid) == self.lease.uid]
 
     def browser_pid(self) -> int | None:
         """Chromium's main process (the pid the wrapper wrote before exec), once launched."""
@@ -161,8 +161,8 @@ class BrowserBox:
     def launched(self) -> None:
         """Note the browser's pid and its parent, Playwright's driver (see `kill_child`), after a launch."""
         pid = self.browser_pid()
-        found = _stat(pid) if pid is not None else None
-        self.driver_pid = found[1] if found is not None else None
+        found = proc_stat(pid) if pid is not None else None
+        self.driver_pid = found.ppid if found is not None else None
 
     def session_pids(self) -> list[int]:
         """The live processes of the browser's session that run as the box's uid.
@@ -176,16 +176,10 @@ class BrowserBox:
         if sid is None:
             return []
         uid = self.lease.uid if self.lease is not None else os.geteuid()
-        return [pid for pid, session, state in _processes() if session == sid and state != "Z" and _real_uid(pid) == uid]
+        return [pid for pid, session, state in _processes() if session == sid and state != "Z" and real_uid(pid) == uid]
 
     def _rss(self) -> int:
-        total = 0
-        for pid in self.pids_in():
-            try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            except (OSError, ValueError, IndexError):
-                continue
-        return total
+        return sum(rss_bytes(pid) for pid in self.pids_in())
 
     def over_limit(self) -> str:
         """Why this box is over a limit now, or ""."""
@@ -216,7 +210,7 @@ class BrowserBox:
         root: only this box runs as it) and the browser's session (`session_pids`: the way left
         where neither exists). Playwright's `browser.close()` returns once all are gone."""
         for _ in range(50):
-            pids = [pid for pid in set(self.pids_in()) | set(self.session_pids()) if (_stat(pid) or ("Z",))[0] != "Z"]
+            pids = [pid for pid in set(self.pids_in()) | set(self.session_pids()) if getattr(proc_stat(pid), "state", "Z") != "Z"]
             if not pids:  # (a zombie is dead already: its parent has not reaped it yet)
                 return
             for pid in pids:
@@ -238,40 +232,14 @@ class BrowserBox:
 
 def kill_child(pid: int | None) -> None:
     """SIGKILL `pid` if it is still a child of this process (Playwright's node driver, say)."""
-    found = _stat(pid) if pid else None
-    if pid and found is not None and found[1] == os.getpid():
+    found = proc_stat(pid) if pid else None
+    if pid and found is not None and found.ppid == os.getpid():
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, session id) of a process, or None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[1]), int(fields[3])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _processes() -> list[tuple[int, int, str]]:
     """(pid, session id, state) of every process in /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            found = _stat(int(entry.name))
-            if found is not None:
-                out.append((int(entry.name), found[2], found[0]))
-    return out
-
-
-def _real_uid(pid: int) -> int | None:
-    """The real uid from /proc/PID/status: /proc/PID itself is root's for a non-dumpable process."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return [(pid, found.session, found.state) for pid in all_pids() if (found := proc_stat(pid)) is not None]
