@@ -49,12 +49,15 @@ def test_package_depth_at_most_three_folders():
 
 def test_no_tracked_file_names_a_folder_of_this_machine():
     """Code, docs and result files are read on other machines: none names the checkout's parent
-    folder or the home folder (a generated summary once quoted its run folder's absolute path)."""
+    folder or the home folder (a generated summary once quoted its run folder's absolute path).
+    A parent shared by everyone (/tmp, /home, ...) is not checked, the checkout's own path is."""
     import subprocess
 
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     home = str(Path.home())
-    machine_paths = [str(ROOT.parent) + "/", *([home + "/"] if home not in ("/", "") else [])]
+    shared = ("/", "/tmp", "/var/tmp", "/home", "/opt", "/srv", "/mnt")  # a checkout's parent here names nobody's machine
+    machine_paths = [str(ROOT) + "/", *([str(ROOT.parent) + "/"] if str(ROOT.parent) not in shared else []),
+                     *([home + "/"] if home not in ("/", "") else [])]
     found = []
     for name in tracked:
         path = ROOT / name
