@@ -169,11 +169,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.samples < 0 or args.k < 1 or (args.k > 1 and args.k > args.samples):
         raise ConfigError(f"--k {args.k} needs --samples >= {args.k} (sampled replies per task), got --samples {args.samples}")
+    if args.no_greedy and args.samples < 1:
+        raise ConfigError("--no-greedy needs --samples >= 1 (without greedy episodes the sampled ones are the evaluation)")
+    greedy = not args.no_greedy
     config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [])
     tasks = components.eval_tasks
-    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} eval tasks: greedy"
-          + (f" + {args.samples} samples each (pass@{args.k})" if args.samples else ""), flush=True)
-    bar = tqdm(total=len(tasks) * (1 + args.samples), unit="episode", desc="eval", dynamic_ncols=True,
+    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} eval tasks: " + ("greedy" if greedy else "")
+          + (f"{' + ' if greedy else ''}{args.samples} samples each (pass@{args.k})" if args.samples else ""), flush=True)
+    bar = tqdm(total=len(tasks) * (int(greedy) + args.samples), unit="episode", desc="eval", dynamic_ncols=True,
                disable=not config.output.progress)
 
     def tick(done: int, total: int) -> None:
@@ -189,7 +192,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = evaluate(components.engine, components.tokenizer, components.family, tasks,
                           config.eval.max_new_tokens or config.rollout.max_new_tokens, components.stop_token_ids,
                           config.eval.batch_size, samples=args.samples, k=args.k, temperature=config.rollout.temperature,
-                          progress=tick, limits=agent_limits(config), on_greedy=keep, on_sampled=keep_sampled)
+                          progress=tick, limits=agent_limits(config), on_greedy=keep, on_sampled=keep_sampled, greedy=greedy)
     finally:
         bar.close()
     model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
@@ -200,7 +203,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = eval_output_path(args, config, checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"model": model_label, "env": config.env.name, **result}, indent=2))
-    print(f"saved {out}" + (f"; greedy episodes in {store.path} (rlyard view {store.path.parent})" if args.trajectories else "")
+    print(f"saved {out}" + (f"; greedy episodes in {store.path} (rlyard view {store.path.parent})" if args.trajectories and greedy else "")
           + (f", sampled ones in {store.path.parent / 'sampled'}" if args.trajectories and args.samples else ""))
     return 0
 
@@ -364,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--size", type=int, help="number of held-out tasks (default: eval.size)")
     ev.add_argument("--samples", type=int, default=0, help="samples per task for pass@k (0 = greedy only)")
     ev.add_argument("--k", type=int, default=1, help="k of pass@k (needs --samples >= k)")
+    ev.add_argument("--no-greedy", action="store_true", help="only the sampled episodes (needs --samples): for a family "
+                    "whose greedy replies loop (music), half the time; the results then have only the sampled_ keys")
     ev.add_argument("--output", help="JSON file for the results (default: the --checkpoint run's folder, "
                                      "eval-step_N-<time>.json; without --checkpoint runs/eval-<name>-<env>-<time>.json)")
     ev.add_argument("--trajectories", metavar="DIR", help="also keep every greedy episode (text, reward, grader info) in "

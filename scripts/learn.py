@@ -11,7 +11,8 @@ stage is then also evaluated there, reported as it is; empty: skipped), BUILTIN_
 evaluation, default: all the built-in eval tasks up to 100), RESULT (also write the summary there,
 e.g. bench/results/learn_<family>.json), EVAL_SAMPLES (sampled episodes per held-out task at
 rollout.temperature besides the greedy one, default 0: the figure for a family whose greedy replies
-loop, e.g. music; `rlyard eval --samples`), VERDICT (the metrics the issue's test is checked on,
+loop, e.g. music; `rlyard eval --samples`), EVAL_GREEDY (0: no greedy episodes, only the
+EVAL_SAMPLES sampled ones, `rlyard eval --no-greedy`; default 1), VERDICT (the metrics the issue's test is checked on,
 default "success mean_reward"; any key of the eval results, or gate_pass / constraint_share and
 their sampled_ forms). Run again with the same OUT, the recipe keeps the stages that finished
 (`stage_seconds.json`) and goes on from the first that did not.
@@ -83,7 +84,8 @@ def stage_result(path: Path, seconds: float) -> dict:
             gate_pass = 1.0 - result[f"{prefix}mean_rejected"]
             derived[f"{prefix}gate_pass"] = gate_pass
             derived[f"{prefix}constraint_share"] = gate_pass * result.get(f"{prefix}mean_constraints", 0.0)
-    return {"success": result["accuracy"], "mean_reward": result["mean_reward"], "seconds": round(seconds, 1), **result, **derived}
+    return {"success": result.get("accuracy"), "mean_reward": result.get("mean_reward"), "seconds": round(seconds, 1),
+            **result, **derived}
 
 
 def spread(values: list[float]) -> dict:
@@ -111,6 +113,10 @@ def main(argv: list[str]) -> int:
     demos, seeds = int(os.environ.get("DEMOS", "256")), os.environ.get("RL_SEEDS", "0").split()
     builtin = shlex.split(os.environ.get("BUILTIN", ""))
     samples = ["--samples", os.environ["EVAL_SAMPLES"]] if int(os.environ.get("EVAL_SAMPLES") or 0) else []
+    if os.environ.get("EVAL_GREEDY", "1") == "0":
+        if not samples:
+            sys.exit("learn: EVAL_GREEDY=0 needs EVAL_SAMPLES >= 1 (the sampled episodes are then the evaluation)")
+        samples.append("--no-greedy")
     metrics = os.environ.get("VERDICT", "success mean_reward").split()
     common = [f"train.threads={os.environ.get('THREADS', '2')}", *overrides]
     resolved = resolved_config(config, common)
@@ -168,7 +174,8 @@ def main(argv: list[str]) -> int:
         "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds["sft"]
                                    + stage_seconds[f"rl_seed{seeds[0]}"]) / 60, 1) if seeds else None,
         "stages": stages,
-        "rl": {m: spread([r.get(m, 0.0) for r in rl]) for m in dict.fromkeys(["success", "mean_reward", *metrics])} if rl else {},
+        "rl": {m: spread([r.get(m) or 0.0 for r in rl]) for m in dict.fromkeys(["success", "mean_reward", *metrics])
+               if all(r.get(m) is not None for r in rl)} if rl else {},
     }
     if ran and now != code_version:
         summary["resumed_at_commit"] = {"commit": now, "stages": ran}
@@ -187,12 +194,17 @@ def main(argv: list[str]) -> int:
     print(f"{'stage':<12} {'success':>8} {'reward':>7}{sampled:>8} {'turns':>6} {'seconds':>8}")
     for name, result in stages.items():
         column = f"{result['sampled_mean_reward']:>8.3f}" if samples else ""
-        print(f"{name:<12} {result['success']:>8.1%} {result['mean_reward']:>7.3f}{column} {result['mean_turns']:>6.2f} {result['seconds']:>8.0f}")
-    if len(rl) > 1:
+        success = "-" if result["success"] is None else f"{result['success']:.1%}"
+        reward = "-" if result["mean_reward"] is None else f"{result['mean_reward']:.3f}"
+        print(f"{name:<12} {success:>8} {reward:>7}{column} {result['mean_turns']:>6.2f} {result['seconds']:>8.0f}")
+    if len(rl) > 1 and "success" in summary["rl"]:
         s = summary["rl"]["success"]
         print(f"RL over seeds {' '.join(seeds)}: success mean {s['mean']:.1%}, sd {s['sd']:.1%}")
     for name, result in summary.get("builtin", {}).get("stages", {}).items():
-        print(f"built-in {name:<12} success {result['success']:.1%} reward {result['mean_reward']:.3f} ({result['tasks']} tasks)")
+        if result["success"] is None:
+            print(f"built-in {name:<12} sampled reward {result['sampled_mean_reward']:.3f} ({result['tasks']} tasks)")
+        else:
+            print(f"built-in {name:<12} success {result['success']:.1%} reward {result['mean_reward']:.3f} ({result['tasks']} tasks)")
     for metric, v in summary.get("verdict", {}).items():
         print(f"{metric}: SFT - base {v['sft_minus_base']:+.3f}, RL - SFT {v['rl_minus_sft']:+.3f}, RL sd {v['rl_sd']:.3f}: "
               f"SFT above base {'yes' if v['sft_above_base'] else 'NO'}, RL above SFT {'yes' if v['rl_above_sft'] else 'NO'} "

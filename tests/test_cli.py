@@ -138,6 +138,30 @@ def test_eval_samples_report_the_sampled_episodes_means_and_keep_them(tiny_run, 
         assert result[f"sampled_mean_{name}"] == pytest.approx(sum(values) / len(values))
 
 
+def test_eval_no_greedy_plays_only_the_sampled_episodes(tiny_run, tmp_path, capsys):
+    """--no-greedy: no greedy episode is played or kept, the greedy keys are absent (not 0), and the
+    sampled means are those of the kept sampled rows, as with greedy on."""
+    import json
+
+    out, kept = tmp_path / "eval.json", tmp_path / "episodes"
+    assert main(["eval", "--checkpoint", str(tiny_run), "--output", str(out), "--trajectories", str(kept),
+                 "--samples", "2", "--no-greedy", "output.progress=true"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(out.read_text())
+    sampled = [json.loads(line) for line in (kept / "sampled" / "trajectories.jsonl").read_text().splitlines()]
+    greedy_rows = kept / "trajectories.jsonl"
+    assert not greedy_rows.exists() or not greedy_rows.read_text().strip()  # no greedy episode
+    assert "accuracy" not in result and "mean_reward" not in result and result["tasks"] == 3
+    assert len(sampled) == 6 and result["sampled_mean_reward"] == pytest.approx(sum(r["reward"] for r in sampled) / 6)
+    assert result["mean_turns"] == pytest.approx(sum(r["turns"] for r in sampled) / 6)
+    assert "6/6" in captured.err and "greedy episodes in" not in captured.out  # the bar counts sampled episodes only
+
+
+def test_eval_no_greedy_without_samples_exits_2_before_loading(capsys):
+    assert main(["eval", "--no-greedy"]) == 2
+    assert "--no-greedy needs --samples >= 1" in capsys.readouterr().err
+
+
 def test_eval_checkpoint_applies_overrides(tiny_run, tmp_path, capsys):
     out = tmp_path / "eval.json"
     # a bad override must be reported, not ignored while the eval runs anyway

@@ -42,3 +42,14 @@ def test_the_verdict_asks_each_step_to_beat_the_rl_spread(learn):
     assert not close["sft_above_base"] and not close["rl_above_sft"]  # +0.02 and +0.02, each below sd 0.03
     missing = learn.verdict({"base": {}, "sft": {"m": 0.5}}, {"m": learn.spread([0.9, 0.9])}, ["m"])["m"]
     assert missing["sft_minus_base"] == 0.5  # a metric a stage lacks (no reply past the gate) counts 0
+
+
+def test_a_sampled_only_evaluation_has_no_greedy_figures(learn, tmp_path):
+    """EVAL_GREEDY=0 (`rlyard eval --no-greedy`): the stage has no greedy success or reward (None,
+    not 0, so no verdict is drawn on them), and the spread is only over the metrics every seed has."""
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"tasks": 60, "mean_turns": 1.0, "sampled_mean_reward": 0.3, "sampled_mean_rejected": 0.1,
+                                "sampled_mean_constraints": 0.5}))
+    result = learn.stage_result(path, 1.0)
+    assert result["success"] is None and result["mean_reward"] is None
+    assert result["sampled_gate_pass"] == pytest.approx(0.9) and result["sampled_constraint_share"] == pytest.approx(0.45)

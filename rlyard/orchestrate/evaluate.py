@@ -37,9 +37,13 @@ def evaluate(
     engine: Engine, tokenizer, family: Family, tasks: list[Task], max_new_tokens: int, stop_token_ids: tuple[int, ...],
     batch_size: int = 64, samples: int = 0, k: int = 1, temperature: float = 1.0, seed: int = 0, progress=None,
     limits: AgentLimits | None = None, on_greedy: Callable[[list[Trajectory]], None] | None = None,
-    on_sampled: Callable[[list[Trajectory]], None] | None = None,
+    on_sampled: Callable[[list[Trajectory]], None] | None = None, greedy: bool = True,
 ) -> dict[str, float | int]:
-    """Greedy accuracy (pass@1) always; with `samples` > 0, sampled pass@k at `temperature`.
+    """Greedy accuracy (pass@1), and with `samples` > 0 sampled pass@k at `temperature`.
+
+    `greedy=False` (needs `samples`) skips the greedy episodes: for a family whose greedy replies
+    loop they cost half the time and say nothing, and the result then has only the sampled keys
+    (plus `tasks`, `infra_errors`, `mean_tokens`, `mean_turns` over the sampled episodes).
 
     `progress(done, total)` is called after each batch of episodes, counted as greedy episodes
     (one per task) plus sampled ones (`samples` per task). A sampled batch holds about
@@ -55,17 +59,19 @@ def evaluate(
     of a small model loops (a tune repeating one bar), they are what the policy does at the
     temperature it trains at.
     """
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
+    if not greedy and samples < 1:
+        raise ValueError("an evaluation without greedy episodes needs samples >= 1")
+    greedy_params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids)
     correct, infra, lengths, turns, components, rewards = 0, 0, [], [], {}, []
     per_task_hits: list[tuple[int, int]] = []  # per task: (episodes, solved ones)
     sampled_rewards: list[float] = []
     sampled_components: dict[str, list[float]] = {}
-    total, done = len(tasks) * (1 + samples), 0
+    total, done = len(tasks) * (int(greedy) + samples), 0
     tasks_per_sampled_batch = max(1, batch_size // max(1, samples))
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start : start + batch_size]
-        episodes = one_per_episode(rollout(engine, tokenizer, family, chunk, 1, greedy, limits=limits))
-        if on_greedy is not None:
+        episodes = one_per_episode(rollout(engine, tokenizer, family, chunk, 1, greedy_params, limits=limits)) if greedy else []
+        if on_greedy is not None and episodes:
             on_greedy(episodes)
         for traj in episodes:
             correct += traj.reward >= 1.0
@@ -75,8 +81,8 @@ def evaluate(
             turns.append(traj.turns)
             for name, value in traj.components.items():
                 components.setdefault(name, []).append(float(value))
-        done += len(chunk)
-        if progress is not None:
+        done += len(episodes)
+        if progress is not None and episodes:
             progress(done, total)
         for sub in range(0, len(chunk) if samples else 0, tasks_per_sampled_batch):
             part = chunk[sub : sub + tasks_per_sampled_batch]
@@ -88,6 +94,10 @@ def evaluate(
                 on_sampled(episodes)
             for tr in episodes:
                 by_task.setdefault(tr.group_id, []).append(tr)
+                if not greedy:
+                    infra += tr.infra_error
+                    lengths.append(tr.num_sampled_tokens)
+                    turns.append(tr.turns)
                 if not tr.infra_error:
                     sampled_rewards.append(tr.reward)
                     for name, value in tr.components.items():
@@ -98,11 +108,12 @@ def evaluate(
             if progress is not None:
                 progress(done, total)
     result: dict[str, float | int] = {
-        "tasks": len(tasks), "accuracy": correct / max(1, len(tasks)),
-        "infra_errors": int(infra), "mean_reward": sum(rewards) / max(1, len(rewards)), "mean_tokens": sum(lengths) / max(1, len(lengths)),
+        "tasks": len(tasks), "infra_errors": int(infra), "mean_tokens": sum(lengths) / max(1, len(lengths)),
         "mean_turns": sum(turns) / max(1, len(turns)),
-        **{f"mean_{name}": sum(values) / len(values) for name, values in sorted(components.items())},
     }
+    if greedy:
+        result.update({"accuracy": correct / max(1, len(tasks)), "mean_reward": sum(rewards) / max(1, len(rewards)),
+                       **{f"mean_{name}": sum(values) / len(values) for name, values in sorted(components.items())}})
     if samples:
         result[f"pass@{k}"] = sum(pass_at_k(n, hits, k) for n, hits in per_task_hits) / len(per_task_hits)
         result["sampled_accuracy"] = sum(hits for _, hits in per_task_hits) / sum(n for n, _ in per_task_hits)
