@@ -106,18 +106,14 @@ def check_run(run_dir: Path, config, steps: int) -> list[dict]:
     return metrics
 
 
-def test_sync_training_on_ray_end_to_end_then_resume(local_ray, tiny_model_dir, tmp_path):
+def test_sync_training_on_ray_end_to_end(local_ray, tiny_model_dir, tmp_path):
+    """Resuming a Ray run is the CLI smoke test's second half (`--resume` with the CLI's loaders)."""
     run_dir = tmp_path / "sync"
     config = ray_config(tiny_model_dir, run_dir)
     result = train(config, run_dir)
     assert result.steps == 3 and result.base_accuracy is not None and result.final_accuracy is not None
     check_run(run_dir, config, 3)
-    # the saved config says backend=ray: resuming with the CLI's loader continues on Ray
-    saved = load_run_config(run_dir)
-    assert saved.orchestrate.backend == "ray"
-    resumed = train(saved.model_copy(update={"train": saved.train.model_copy(update={"steps": 4})}), run_dir, resume=True)
-    assert resumed.steps == 4
-    check_run(run_dir, config, 4)
+    assert load_run_config(run_dir).orchestrate.backend == "ray"  # the saved config resumes on Ray
 
 
 def test_async_multi_turn_training_on_ray_with_grader_actors(local_ray, tiny_model_dir, tmp_path):
@@ -137,7 +133,7 @@ def test_async_multi_turn_training_on_ray_with_grader_actors(local_ray, tiny_mod
     assert not any(row["infra_error"] for row in rows), rows
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["async"])  # the fleet's recovery is one path for both loops; async adds concurrent calls
 def test_a_killed_rollout_actor_is_restarted_and_no_group_is_lost(local_ray, tiny_model_dir, tmp_path, mode):
     run_dir, namespace = tmp_path / mode, f"rlyard-kill-{mode}"
     config = ray_config(tiny_model_dir, run_dir, f"orchestrate.mode={mode}", "train.steps=6", "eval.size=0",
@@ -226,8 +222,8 @@ def test_refused_with_an_openai_engine(tiny_model_dir, tmp_path):
 def test_a_learner_over_two_ranks_takes_the_single_learners_steps(local_ray, tiny_model_dir, tmp_path):
     """orchestrate.ray.learners=2: an FSDP2 learner over two actors (gloo on the CPU). Same seed,
     same rollouts: its losses, its rewards and its checkpointed adapter equal the one-rank run's,
-    and so they do when the two-rank run stops after step 2 and resumes (sharded optimizer state
-    gathered into the checkpoint and scattered back)."""
+    and so they do when the two-rank run stops after step 1 and resumes (sharded optimizer state
+    gathered into the checkpoint and scattered back: step 2's Adam update reads it)."""
     import torch
 
     runs = {}
@@ -236,21 +232,22 @@ def test_a_learner_over_two_ranks_takes_the_single_learners_steps(local_ray, tin
         config = ray_config(tiny_model_dir, run_dir, "model.lora.enabled=true", "model.lora.rank=4", "algo.lr=5e-2",
                             "eval.size=0", "orchestrate.ray.graders=0", "orchestrate.ray.rollout_workers=1",
                             f"orchestrate.ray.learners={ranks}", "orchestrate.ray.learner_cpus=0.5", "output.checkpoint_every=1")
+        config = config.model_copy(update={"train": config.train.model_copy(update={"steps": 2})})
         if ranks == 2:
-            assert train(config.model_copy(update={"train": config.train.model_copy(update={"steps": 2})}), run_dir).steps == 2
-            assert train(config, run_dir, resume=True).steps == 3
+            assert train(config.model_copy(update={"train": config.train.model_copy(update={"steps": 1})}), run_dir).steps == 1
+            assert train(config, run_dir, resume=True).steps == 2
         else:
-            assert train(config, run_dir).steps == 3
-        runs[ranks] = (check_run(run_dir, config, 3), torch.load(run_dir / "checkpoints" / "step_000003" / "weights.pt"))
+            assert train(config, run_dir).steps == 2
+        runs[ranks] = (check_run(run_dir, config, 2), torch.load(run_dir / "checkpoints" / "step_000002" / "weights.pt"))
     (one, one_weights), (two, two_weights) = runs[1], runs[2]
     for a, b in zip(one, two):
-        assert b["reward/mean"] == pytest.approx(a["reward/mean"], abs=1e-6)  # step 2 and 3 sampled by equal weights
+        assert b["reward/mean"] == pytest.approx(a["reward/mean"], abs=1e-6)  # step 2 sampled by equal weights
         for key in ("loss/policy", "loss/grad_norm", "train/tis_weight_mean"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
     assert one_weights.keys() == two_weights.keys()
     # Adam divides by sqrt(v): where a gradient is ~1e-10, rounding moves that entry by up to lr
     # (docs/fsdp.md), so the bound is on the mean and a fraction of lr on the largest
     diffs = torch.cat([(one_weights[k] - two_weights[k]).abs().flatten() for k in one_weights])
-    print(f"[two ranks] adapter after 3 steps: max |diff| {float(diffs.max()):.2e}, mean {float(diffs.mean()):.2e}")
+    print(f"[two ranks] adapter after 2 steps: max |diff| {float(diffs.max()):.2e}, mean {float(diffs.mean()):.2e}")
     assert float(diffs.max()) < 5e-4 and float(diffs.mean()) < 1e-6
-    assert (tmp_path / "ranks2" / "checkpoints" / "step_000003" / "adapter" / "adapter_config.json").exists()
+    assert (tmp_path / "ranks2" / "checkpoints" / "step_000002" / "adapter" / "adapter_config.json").exists()
