@@ -182,6 +182,32 @@ def test_the_oracle_computes_the_answer_through_the_tools(cache, fmt):
         assert plan_of(task)["answer"].split(", ")[0] in "\n".join(seen), (task.id, seen)  # printed by a tool, not recalled
 
 
+def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache):
+    """Every CSV / JSON question kind: the first reply reads the data file, whose output shows the
+    header, and the computing reply's thought names the columns its command then reads (a policy
+    taught without that step guessed column names it had never looked at)."""
+    tasks = generated("eval", 98, eval_percent=100, tool_format="bash_block")
+    for storage in ("csv", "json"):
+        for question in ("lookup", "count", "total", "top", "month", "difference"):
+            task = by_kind(tasks, question=question, storage=storage)
+            plan = plan_of(task)
+            for seed in range(3):
+                replies = [r for r in oracle(task, random.Random(seed)) if "cat notes.md" not in r]
+                env = GeneralEnv()
+                env.reset(task)
+                try:
+                    shown = "\n".join(m["content"] for m in env.step(replies[0]).messages)
+                finally:
+                    env.close()
+                assert plan["table"] in replies[0] and plan["columns"][-1] in shown, (task.id, replies[0], shown)
+                thought, command = replies[1].split("```bash", 1)
+                amount, group = plan["roles"]["amount"], plan["roles"]["group"]
+                reads = {"count": [group], "total": [group, amount], "difference": [group, amount]}.get(question, [amount])
+                for column in reads:  # awk and sort address columns by number; python and jq by name
+                    assert column in thought, (task.id, column, replies[1])
+                    assert column in command or "python3" not in command or question == "lookup", (task.id, column, replies[1])
+
+
 def test_sql_tools_are_commands_under_bash_block(cache):
     task = by_kind(generated("eval", 98, eval_percent=100, tool_format="bash_block"), storage="sql", question="total")
     plan, env = plan_of(task), GeneralEnv()

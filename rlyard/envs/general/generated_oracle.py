@@ -1,12 +1,13 @@
 """The oracle of generated general tasks: it answers through the episode's tools, varied by a seeded RNG.
 
 It reads the task's plan (verifier/plan.json: the schema's roles, the question's parameters, the
-answer) and writes the replies an analyst would send: look at the data (not always), compute the
-answer with a command that really computes it from the files (awk, python3, jq, sort, cut) or
-call the task's SQL tools (as tool calls, or as commands under bash_block), then answer: a reply
-with the answer line, `submit`, or answer.md / report.json written with a tool and a closing
-reply. Which command, which order and which words are drawn from `rng`; every command prints the
-answer (or the rows it is read from), and tests run them to check that it does.
+answer) and writes the replies an analyst would send: look at the data file first and name the
+columns the question reads, compute the answer with a command that really computes it from the
+files (awk, python3, jq, sort, cut) or call the task's SQL tools (as tool calls, or as commands
+under bash_block), then answer: a reply with the answer line, `submit`, or answer.md / report.json
+written with a tool and a closing reply. Which command, which order and which words are drawn
+from `rng`; every command prints the answer (or the rows it is read from), and tests run them to
+check that it does.
 """
 from __future__ import annotations
 
@@ -17,8 +18,13 @@ from pathlib import Path
 from rlyard.agent.replies import bash_reply, hermes_reply, say, shell_quote
 from rlyard.types import Task
 
-LOOK = ["Let me look at the data first.", "First, the columns of {file}.", "I'll read {file}.", ""]
+LOOK = ["Let me look at the data first.", "First, the columns of {file}.", "I'll read {file}.", "The first rows of {file}:"]
 COMPUTE = ["Now I compute the answer from {file}.", "I'll let a command do the arithmetic.", "Computing it:", ""]
+# the columns each question reads, named before the command that reads them (from the header just seen)
+READS = {"lookup": ("key", "amount"), "count": ("group",), "total": ("group", "amount"), "top": ("label", "amount"),
+         "month": ("date", "amount"), "difference": ("group", "amount"), "join": ("ref", "amount")}
+ROLE_WORDS = {"key": "the id", "amount": "the amount", "group": "the group", "label": "the name", "date": "the date",
+              "ref": "the person's id"}
 TOOL = ["I'll ask the task tool {tool}.", "The tool {tool} answers this.", "Querying {tool}.", ""]
 ANSWER = ["", "That gives the answer.", "Done.", "Here is the answer."]
 CLOSE = ["done", "Done: report.json written.", "I wrote report.json.", "done."]
@@ -207,11 +213,16 @@ def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
 
 
 def compute(w: Replies, rng: random.Random, plan: dict) -> None:
+    """Always look at the file first, then name the columns the command reads: a small model taught
+    on episodes that looked only sometimes guessed column names (`weight` for `weight_kg`)."""
     c, params, question = Commands(plan, rng), plan["params"], plan["question"]
-    if rng.random() < (0.8 if plan["storage"] == "csv" else 0.5):
-        command = rng.choice([f"head -n 3 {c.file}", f"cat {c.file}", f"head -n 5 {c.file}"])
-        w.tool(say(rng, LOOK, file=c.file), "read_file", {"path": c.file}, command)
-    thought = say(rng, COMPUTE, file=c.file)
+    if plan["storage"] == "csv":
+        command = rng.choice([f"head -n 3 {c.file}", f"head -n 4 {c.file}", f"cat {c.file}"])
+    else:
+        command = rng.choice([f"head -n {len(plan['columns']) + 2} {c.file}",
+                              f"python3 -c \"import json; print(json.load(open('{c.file}'))[0])\""])
+    w.tool(say(rng, LOOK, file=c.file), "read_file", {"path": c.file}, command)
+    thought = " ".join(filter(None, [columns_said(rng, plan), say(rng, COMPUTE, file=c.file)]))
     if question == "lookup":
         w.bash(thought, c.lookup(params["id"]))
     elif question == "count":
@@ -229,6 +240,16 @@ def compute(w: Replies, rng: random.Random, plan: dict) -> None:
                c.person(params["person"]))
         w.bash(say(rng, ["{name} is {id}. Now the total of {id}.", "Summing the rows of {id}:", ""], name=params["person"],
                    id=params["person_id"]), c.total("ref", params["person_id"]))
+
+
+def columns_said(rng: random.Random, plan: dict) -> str:
+    """'The group is in region, the amount in weight_kg.': the question's columns by their real names."""
+    roles = plan["roles"]
+    named = [(ROLE_WORDS[role], roles[role]) for role in READS[plan["question"]] if roles.get(role)]
+    if rng.random() < 0.5:
+        return "Columns: " + ", ".join(f"{column} ({words})" for words, column in named) + "."
+    first, *rest = named
+    return (f"{first[0].capitalize()} is in {first[1]}" + "".join(f", {words} in {column}" for words, column in rest) + ".")
 
 
 def answer(w: Replies, rng: random.Random, plan: dict) -> None:
