@@ -174,6 +174,7 @@ CLI = [
      ["--resume reads the run's saved config.yaml"]),
     ("eval of a folder without checkpoint", ["eval", "--checkpoint", "{tmp}"], 2, ["no checkpoint found in {tmp}"]),
     ("eval --k above --samples", ["eval", "--k", "4", "--samples", "2"], 2, ["--k 4 needs --samples >= 4"]),
+    ("eval --no-greedy without --samples", ["eval", "--no-greedy"], 2, ["--no-greedy needs --samples >= 1"]),
     ("export of a folder that is no run", ["export", "{tmp}", "--out", "{tmp}/out"], 2, ["{tmp} is not a run folder"]),
     ("envs option without =", ["envs", "show", "arith", "-o", "hops"], 2, ["--option takes KEY=VALUE, got 'hops'"]),
     ("envs show of an unknown family", ["envs", "show", "arithm"], 2, ["unknown environment 'arithm'; known: arith"]),
