@@ -127,7 +127,23 @@ def test_reject_rules() -> None:
     assert analyse(nine_long).reject == "" and analyse(nine_long).bar_warnings == 9
     two_voices = TWO_VOICES.replace("V:1\n", "V:1\n%%MIDI program 73\n").replace("V:2\n", "V:2\n%%MIDI program 32\n")
     assert analyse(two_voices).reject == ""  # one instrument per channel
-    assert grade(COUNT, ALL, timeout_s=1e-4).components == {"rejected": 1.0, "gate_timeout": 1.0}
+
+
+def test_an_abc2midi_past_its_timeout_is_a_gate_timeout(tmp_path, monkeypatch) -> None:
+    """A stand-in abc2midi that hangs (as a tune that makes the real one loop would): the gate says
+    timeout after `timeout_s` of wall time. (A real abc2midi under timeout_s=1e-4 raced: under load
+    it could finish before communicate() first looked at the clock, 1 run in the suite.)"""
+    import time
+
+    from rlyard.envs.music import abc
+
+    hanging = tmp_path / "abc2midi"
+    hanging.write_text("#!/bin/sh\nexec sleep 30\n")
+    hanging.chmod(0o755)
+    monkeypatch.setattr(abc, "require_abc2midi", lambda: str(hanging))
+    started = time.monotonic()
+    assert grade(COUNT, ALL, timeout_s=0.5).components == {"rejected": 1.0, "gate_timeout": 1.0}
+    assert time.monotonic() - started < 10  # killed at the timeout, not waited for
 
 
 def test_each_constraint_met_and_missed() -> None:
