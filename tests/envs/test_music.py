@@ -131,8 +131,9 @@ def test_reject_rules() -> None:
 
 def test_an_abc2midi_past_its_timeout_is_a_gate_timeout(tmp_path, monkeypatch) -> None:
     """A stand-in abc2midi that hangs (as a tune that makes the real one loop would): the gate says
-    timeout after `timeout_s` of wall time. (A real abc2midi under timeout_s=1e-4 raced: under load
-    it could finish before communicate() first looked at the clock, 1 run in the suite.)"""
+    timeout after `timeout_s` of wall time. (The real abc2midi under timeout_s=1e-4 once came back
+    graded, in a suite under load; likely, not proven: it had finished before communicate() first
+    compared the clock with the deadline.)"""
     import time
 
     from rlyard.envs.music import abc
