@@ -92,6 +92,18 @@ def spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
 
 
+def rl_spread(rl: list[dict], metrics: list[str]) -> dict:
+    """Each metric's spread over the RL seeds. A metric a seed lacks counts 0 (no reply past the
+    gate has no mean_constraints); one a seed did not measure (None: greedy success with
+    EVAL_GREEDY=0) is left out."""
+    out = {}
+    for metric in dict.fromkeys(metrics):
+        values = [r.get(metric, 0.0) for r in rl]
+        if None not in values:
+            out[metric] = spread(values)
+    return out
+
+
 def verdict(stages: dict, rl: dict, metrics: list[str]) -> dict:
     """The issue's test, per metric: SFT above base and RL above SFT, each by more than the spread
     (the sd of RL over seeds; base and SFT are one run each, so theirs is not measured)."""
@@ -118,6 +130,10 @@ def main(argv: list[str]) -> int:
             sys.exit("learn: EVAL_GREEDY=0 needs EVAL_SAMPLES >= 1 (the sampled episodes are then the evaluation)")
         samples.append("--no-greedy")
     metrics = os.environ.get("VERDICT", "success mean_reward").split()
+    greedy_only = [m for m in metrics if "--no-greedy" in samples and not m.startswith(("sampled_", "pass@"))]
+    if greedy_only:
+        sys.exit(f"learn: EVAL_GREEDY=0 measures no greedy episode, so VERDICT cannot use {greedy_only}: "
+                 "name their sampled_ forms (e.g. sampled_mean_reward)")
     common = [f"train.threads={os.environ.get('THREADS', '2')}", *overrides]
     resolved = resolved_config(config, common)
     family, options = resolved["env"]["name"], resolved["env"].get("options") or {}
@@ -174,8 +190,7 @@ def main(argv: list[str]) -> int:
         "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds["sft"]
                                    + stage_seconds[f"rl_seed{seeds[0]}"]) / 60, 1) if seeds else None,
         "stages": stages,
-        "rl": {m: spread([r.get(m) or 0.0 for r in rl]) for m in dict.fromkeys(["success", "mean_reward", *metrics])
-               if all(r.get(m) is not None for r in rl)} if rl else {},
+        "rl": rl_spread(rl, ["success", "mean_reward", *metrics]) if rl else {},
     }
     if ran and now != code_version:
         summary["resumed_at_commit"] = {"commit": now, "stages": ran}

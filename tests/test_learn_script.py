@@ -53,3 +53,10 @@ def test_a_sampled_only_evaluation_has_no_greedy_figures(learn, tmp_path):
     result = learn.stage_result(path, 1.0)
     assert result["success"] is None and result["mean_reward"] is None
     assert result["sampled_gate_pass"] == pytest.approx(0.9) and result["sampled_constraint_share"] == pytest.approx(0.45)
+
+
+def test_the_rl_spread_counts_a_missing_metric_0_and_leaves_out_an_unmeasured_one(learn):
+    rl = [{"success": None, "m": 0.4}, {"success": None}]  # the second seed has no m (nothing past the gate)
+    spread = learn.rl_spread(rl, ["success", "m"])
+    assert "success" not in spread  # not measured (EVAL_GREEDY=0): no verdict on it
+    assert spread["m"]["values"] == [0.4, 0.0] and spread["m"]["mean"] == pytest.approx(0.2)
