@@ -174,8 +174,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     greedy = not args.no_greedy
     config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [])
     tasks = components.eval_tasks
-    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} eval tasks: " + ("greedy" if greedy else "")
-          + (f"{' + ' if greedy else ''}{args.samples} samples each (pass@{args.k})" if args.samples else ""), flush=True)
+    plays = ["greedy"] * greedy + ([f"{args.samples} samples each (pass@{args.k})"] if args.samples else [])
+    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} eval tasks: {' + '.join(plays)}", flush=True)
     bar = tqdm(total=len(tasks) * (int(greedy) + args.samples), unit="episode", desc="eval", dynamic_ncols=True,
                disable=not config.output.progress)
 

@@ -133,8 +133,9 @@ def test_async_multi_turn_training_on_ray_with_grader_actors(local_ray, tiny_mod
     assert not any(row["infra_error"] for row in rows), rows
 
 
-@pytest.mark.parametrize("mode", ["async"])  # the fleet's recovery is one path for both loops; async adds concurrent calls
-def test_a_killed_rollout_actor_is_restarted_and_no_group_is_lost(local_ray, tiny_model_dir, tmp_path, mode):
+def test_a_killed_rollout_actor_is_restarted_and_no_group_is_lost(local_ray, tiny_model_dir, tmp_path):
+    """Async only: the fleet's recovery is one code path for both loops, and async adds concurrent calls."""
+    mode = "async"
     run_dir, namespace = tmp_path / mode, f"rlyard-kill-{mode}"
     config = ray_config(tiny_model_dir, run_dir, f"orchestrate.mode={mode}", "train.steps=6", "eval.size=0",
                         "orchestrate.ray.rollout_workers=1", f"orchestrate.ray.namespace={namespace}")
