@@ -184,8 +184,8 @@ def test_the_oracle_computes_the_answer_through_the_tools(cache, fmt):
 
 def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache):
     """Every CSV / JSON question kind: the first reply reads the data file, whose output shows the
-    header, and the computing reply's thought names the columns its command then reads (a policy
-    taught without that step guessed column names it had never looked at)."""
+    header, and the computing reply's thought names the columns its python3 program then reads by
+    those names (a policy taught without that step guessed column names it had never looked at)."""
     tasks = generated("eval", 98, eval_percent=100, tool_format="bash_block")
     for storage in ("csv", "json"):
         for question in ("lookup", "count", "total", "top", "month", "difference"):
@@ -203,9 +203,32 @@ def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache)
                 thought, command = replies[1].split("```bash", 1)
                 amount, group = plan["roles"]["amount"], plan["roles"]["group"]
                 reads = {"count": [group], "total": [group, amount], "difference": [group, amount]}.get(question, [amount])
-                for column in reads:  # awk and sort address columns by number; python and jq by name
-                    assert column in thought, (task.id, column, replies[1])
-                    assert column in command or "python3" not in command or question == "lookup", (task.id, column, replies[1])
+                assert command.strip().startswith("python3 -c"), (task.id, replies[1])  # one program shape per question
+                for column in reads:
+                    assert column in thought and f"r['{column}']" in command, (task.id, column, replies[1])
+
+
+def test_over_files_the_oracles_program_prints_the_answer_as_written(cache):
+    """Every question kind over CSV and JSON: a tool's output holds the whole answer exactly as the
+    answer line writes it (the formatted number, the top-k names in order, the month), so the
+    policy copies it instead of reading a value off a row, and the episode scores 1."""
+    tasks = generated("eval", 98, eval_percent=100, tool_format="bash_block")
+    for storage in ("csv", "json"):
+        for question in ("lookup", "count", "total", "top", "month", "difference", "join"):
+            task = by_kind(tasks, question=question, storage=storage)
+            env, printed = GeneralEnv(), []
+            env.reset(task)
+            try:
+                for reply in oracle(task, random.Random(question)):
+                    if "python3 -c" in reply:
+                        printed += [m["content"] for m in env.step(reply).messages]
+                    else:
+                        env.step(reply)
+                assert env.score().value == 1.0, task.id
+            finally:
+                env.close()
+            answer = plan_of(task)["answer"]
+            assert any(answer in line.split("\n") for line in printed), (task.id, answer, printed)
 
 
 def test_sql_tools_are_commands_under_bash_block(cache):

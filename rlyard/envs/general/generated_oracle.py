@@ -3,7 +3,7 @@
 It reads the task's plan (verifier/plan.json: the schema's roles, the question's parameters, the
 answer) and writes the replies an analyst would send: look at the data file first and name the
 columns the question reads, compute the answer with a command that really computes it from the
-files (awk, python3, jq, sort, cut) or call the task's SQL tools (as tool calls, or as commands
+files (one python3 -c program per question, reading columns by name) or call the task's SQL tools (as tool calls, or as commands
 under bash_block), then answer: a reply with the answer line, `submit`, or answer.md / report.json
 written with a tool and a closing reply. Which command, which order and which words are drawn
 from `rng`; every command prints the answer (or the rows it is read from), and tests run them to
@@ -69,28 +69,25 @@ def task_command(name: str, arguments: dict) -> str:
     return " ".join([name] + [f"{k}={shell_quote(str(v)) if ' ' in str(v) else v}" for k, v in arguments.items()])
 
 
-def awk_number(decimals: int) -> str:
-    return f'"%.{decimals}f\\n"'
-
-
 class Commands:
-    """Commands that compute a question's answer from the task's CSV or JSON file."""
+    """python3 -c programs that print a question's answer as the answer line writes it, from the
+    task's CSV or JSON file. One program shape per question, reading columns by the names the
+    header just showed. Taught on awk, jq, sort | cut and python in turn, the SFT policy solved 2
+    (at 4942412) and 5 (at 52d722f) of 39 held-out file tasks: it rarely wrote a working command
+    over a schema it had not seen, and awk's columns are numbers it has to count."""
 
-    def __init__(self, plan: dict, rng: random.Random):
-        self.p, self.rng = plan, rng
-        self.roles, self.columns = plan["roles"], plan["columns"]
+    def __init__(self, plan: dict):
+        self.p, self.roles = plan, plan["roles"]
         self.file = f"{plan['table']}.{plan['storage']}"
         self.d = plan["decimals"]
 
-    def col(self, role: str) -> int:
-        return self.columns.index(self.roles[role]) + 1
-
-    def python(self, body: str) -> str:
+    def python(self, body: str, file: str | None = None) -> str:
         """A python3 -c program over the rows (dicts; CSV values are text, so numbers go through float)."""
+        file = file or self.file
         if self.p["storage"] == "csv":
-            load = f"import csv; rows = list(csv.DictReader(open('{self.file}')))"
+            load = f"import csv; rows = list(csv.DictReader(open('{file}')))"
         else:
-            load = f"import json; rows = json.load(open('{self.file}'))"
+            load = f"import json; rows = json.load(open('{file}'))"
         return f'python3 -c "{load}; {body}"'
 
     def amount(self) -> str:
@@ -99,70 +96,33 @@ class Commands:
     def where(self, role: str, value: str) -> str:
         return f"r['{self.roles[role]}'] == '{value}'"
 
-    def pick(self, *options: str) -> str:
-        return self.rng.choice(options)
-
-    def csv_only(self) -> bool:
-        return self.p["storage"] == "csv"
+    def number(self, expression: str) -> str:
+        return f"print('%.{self.d}f' % {expression})"
 
     def lookup(self, ident: str) -> str:
-        if self.csv_only():
-            return self.pick(f"grep {ident} {self.file}", f"awk -F, '${self.col('key')} == \"{ident}\"' {self.file}",
-                             self.python(f"print([r for r in rows if {self.where('key', ident)}])"))
-        return self.pick(f"jq '.[] | select(.{self.roles['key']} == \"{ident}\")' {self.file}",
-                         self.python(f"print([r for r in rows if {self.where('key', ident)}])"))
+        return self.total("key", ident)
 
     def count(self, group: str) -> str:
-        options = [self.python(f"print(sum(1 for r in rows if {self.where('group', group)}))")]
-        if self.csv_only():
-            options += [f"awk -F, '${self.col('group')} == \"{group}\"' {self.file} | wc -l",
-                        f"awk -F, '${self.col('group')} == \"{group}\" {{n++}} END {{print n}}' {self.file}"]
-        else:
-            options.append(f"jq '[.[] | select(.{self.roles['group']} == \"{group}\")] | length' {self.file}")
-        return self.pick(*options)
+        return self.python(f"print(sum(1 for r in rows if {self.where('group', group)}))")
 
     def total(self, role: str, value: str) -> str:
-        options = [self.python(f"print('%.{self.d}f' % sum({self.amount()} for r in rows if {self.where(role, value)}))")]
-        if self.csv_only():
-            options.append(f"awk -F, '${self.col(role)} == \"{value}\" {{s += ${self.col('amount')}}} "
-                           f"END {{printf {awk_number(self.d)}, s}}' {self.file}")
-        return self.pick(*options)
+        return self.python(self.number(f"sum({self.amount()} for r in rows if {self.where(role, value)})"))
 
     def top(self, k: int) -> str:
-        label, amount = self.roles["label"], self.roles["amount"]
-        options = [self.python(f"rows.sort(key=lambda r: -{self.amount()}); print([r['{label}'] for r in rows[:{k}]])")]
-        if self.csv_only():
-            a, c = self.col("amount"), self.col("label")
-            options += [f"tail -n +2 {self.file} | sort -t, -k{a},{a} -gr | head -n {k} | cut -d, -f{c}",
-                        f"tail -n +2 {self.file} | sort -t, -k{a},{a} -gr | head -n {k + 1}"]
-        else:
-            options.append(f"jq -r 'sort_by(-.{amount}) | .[:{k}] | .[].{label}' {self.file}")
-        return self.pick(*options)
+        return self.python(f"rows.sort(key=lambda r: -{self.amount()}); print(', '.join(r['{self.roles['label']}'] for r in rows[:{k}]))")
 
     def month(self) -> str:
-        options = [self.python("t = {}; [t.__setitem__(r['%s'][:7], t.get(r['%s'][:7], 0) + %s) for r in rows]; "
-                               "print(sorted(t.items(), key=lambda kv: -kv[1])[:3])"
-                               % (self.roles["date"], self.roles["date"], self.amount()))]
-        if self.csv_only():
-            options.append(f"awk -F, 'NR > 1 {{s[substr(${self.col('date')}, 1, 7)] += ${self.col('amount')}}} "
-                           f"END {{for (m in s) printf \"%s %.{self.d}f\\n\", m, s[m]}}' {self.file} | sort -k2,2 -gr | head -n 3")
-        return self.pick(*options)
+        date = self.roles["date"]
+        return self.python(f"t = {{}}; [t.__setitem__(r['{date}'][:7], t.get(r['{date}'][:7], 0) + {self.amount()}) for r in rows]; "
+                           "print(max(t, key=t.get))")
 
     def difference(self, first: str, second: str) -> str:
-        options = [self.python(f"a = sum({self.amount()} for r in rows if {self.where('group', first)}); "
-                               f"b = sum({self.amount()} for r in rows if {self.where('group', second)}); "
-                               f"print('%.{self.d}f' % (a - b))")]
-        if self.csv_only():
-            g, a = self.col("group"), self.col("amount")
-            options.append(f"awk -F, '${g} == \"{first}\" {{a += ${a}}} ${g} == \"{second}\" {{b += ${a}}} "
-                           f"END {{printf {awk_number(self.d)}, a - b}}' {self.file}")
-        return self.pick(*options)
+        return self.python(self.number(f"(sum({self.amount()} for r in rows if {self.where('group', first)}) - "
+                                       f"sum({self.amount()} for r in rows if {self.where('group', second)}))"))
 
     def person(self, name: str) -> str:
-        ref_file = f"{self.p['ref_table']}.{self.p['storage']}"
-        if self.csv_only():
-            return self.pick(f"grep {shell_quote(name)} {ref_file}", f"awk -F, '$2 == \"{name}\"' {ref_file}")
-        return self.pick(f"grep -B1 -A1 {shell_quote(name)} {ref_file}", f"jq '.[] | select(.name == \"{name}\")' {ref_file}")
+        ref = self.roles["ref"]
+        return self.python(f"print([r['{ref}'] for r in rows if r['name'] == '{name}'][0])", f"{self.p['ref_table']}.{self.p['storage']}")
 
 
 def oracle(task: Task, rng: random.Random) -> list[str]:
@@ -208,14 +168,13 @@ def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
         first_total, second_total = plan["totals"]
         d = plan["decimals"]
         w.bash(say(rng, ["Now the difference.", "Subtracting the second total from the first:", ""]),
-               rng.choice([f"python3 -c 'print(\"%.{d}f\" % ({first_total} - {second_total}))'",
-                           f"awk 'BEGIN {{printf {awk_number(d)}, {first_total} - {second_total}}}'"]))
+               f"python3 -c 'print(\"%.{d}f\" % ({first_total} - {second_total}))'")
 
 
 def compute(w: Replies, rng: random.Random, plan: dict) -> None:
     """Always look at the file first, then name the columns the command reads: a small model taught
     on episodes that looked only sometimes guessed column names (`weight` for `weight_kg`)."""
-    c, params, question = Commands(plan, rng), plan["params"], plan["question"]
+    c, params, question = Commands(plan), plan["params"], plan["question"]
     if plan["storage"] == "csv":
         command = rng.choice([f"head -n 3 {c.file}", f"head -n 4 {c.file}", f"cat {c.file}"])
     else:
