@@ -18,7 +18,7 @@ import yaml
 from rlyard.envs.general.env import GeneralEnv
 from rlyard.envs.general.generate import HELD_OUT, PER_PAIR, STORAGES, parameters, split_of_pair, check_options
 from rlyard.envs.general.generated_data import DOMAINS
-from rlyard.envs.general.generated_oracle import oracle, plan_of
+from rlyard.envs.general.generated_oracle import oracle, plan_of, printed
 from rlyard.envs.general.generated_questions import QUESTIONS
 from rlyard.envs.general.tasks import make_tasks
 from rlyard.envs.general.validate import check_task, graded_in
@@ -179,7 +179,7 @@ def test_the_oracle_computes_the_answer_through_the_tools(cache, fmt):
             assert env.score().value == 1.0, task.id
         finally:
             env.close()
-        assert plan_of(task)["answer"].split(", ")[0] in "\n".join(seen), (task.id, seen)  # printed by a tool, not recalled
+        assert printed(plan_of(task)).split(", ")[0] in "\n".join(seen), (task.id, seen)  # printed by a tool, not recalled
 
 
 def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache):
@@ -209,26 +209,27 @@ def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache)
 
 
 def test_over_files_the_oracles_program_prints_the_answer_as_written(cache):
-    """Every question kind over CSV and JSON: a tool's output holds the whole answer exactly as the
-    answer line writes it (the formatted number, the top-k names in order, the month), so the
-    policy copies it instead of reading a value off a row, and the episode scores 1."""
+    """Every question kind over CSV and JSON: a line of a python3 program's output is the whole
+    answer exactly as the oracle's answer then writes it (round(x, 2), the top-k names in order,
+    the month), so the policy copies it instead of reading a value off a row or knowing a schema's
+    decimals, and the episode scores 1 (the rubric reads 153.2 as the key's 153.20)."""
     tasks = generated("eval", 98, eval_percent=100, tool_format="bash_block")
     for storage in ("csv", "json"):
         for question in ("lookup", "count", "total", "top", "month", "difference", "join"):
             task = by_kind(tasks, question=question, storage=storage)
-            env, printed = GeneralEnv(), []
+            env, outputs = GeneralEnv(), []
             env.reset(task)
             try:
                 for reply in oracle(task, random.Random(question)):
                     if "python3 -c" in reply:
-                        printed += [m["content"] for m in env.step(reply).messages]
+                        outputs += [m["content"] for m in env.step(reply).messages]
                     else:
                         env.step(reply)
                 assert env.score().value == 1.0, task.id
             finally:
                 env.close()
-            answer = plan_of(task)["answer"]
-            assert any(answer in line.split("\n") for line in printed), (task.id, answer, printed)
+            answer = printed(plan_of(task))
+            assert any(answer in output.split("\n") for output in outputs), (task.id, answer, outputs)
 
 
 def test_sql_tools_are_commands_under_bash_block(cache):

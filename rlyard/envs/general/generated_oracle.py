@@ -79,7 +79,6 @@ class Commands:
     def __init__(self, plan: dict):
         self.p, self.roles = plan, plan["roles"]
         self.file = f"{plan['table']}.{plan['storage']}"
-        self.d = plan["decimals"]
 
     def python(self, body: str, file: str | None = None) -> str:
         """A python3 -c program over the rows (dicts; CSV values are text, so numbers go through float)."""
@@ -97,7 +96,7 @@ class Commands:
         return f"r['{self.roles[role]}'] == '{value}'"
 
     def number(self, expression: str) -> str:
-        return f"print('%.{self.d}f' % {expression})"
+        return f"print(round({expression}, 2))"
 
     def lookup(self, ident: str) -> str:
         return self.total("key", ident)
@@ -166,9 +165,8 @@ def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
         else:
             w.out.append(hermes_reply(thought, [(first, a), (first, b)]))
         first_total, second_total = plan["totals"]
-        d = plan["decimals"]
         w.bash(say(rng, ["Now the difference.", "Subtracting the second total from the first:", ""]),
-               f"python3 -c 'print(\"%.{d}f\" % ({first_total} - {second_total}))'")
+               f"python3 -c 'print(round({first_total} - {second_total}, 2))'")
 
 
 def compute(w: Replies, rng: random.Random, plan: dict) -> None:
@@ -211,10 +209,23 @@ def columns_said(rng: random.Random, plan: dict) -> str:
     return (f"{first[0].capitalize()} is in {first[1]}" + "".join(f", {words} in {column}" for words, column in rest) + ".")
 
 
+NUMBERS = ("lookup", "total", "difference", "join")  # what a python3 program prints as round(x, 2)
+
+
+def printed(plan: dict) -> str:
+    """The answer as the episode's last command printed it, which the answer copies: a python3
+    program prints round(x, 2) (`153.2`, `281.0`), the same number as the key's `153.20` or `281`,
+    so the policy never has to know a schema's decimals; the SQL tools print the key's text."""
+    python = plan["storage"] != "sql" or plan["question"] == "difference"
+    return str(round(float(plan["answer"]), 2)) if python and plan["question"] in NUMBERS else plan["answer"]
+
+
 def answer(w: Replies, rng: random.Random, plan: dict) -> None:
-    line = f"{plan['line']}: {plan['answer']}"
+    value = printed(plan)
+    line = f"{plan['line']}: {value}"
     if plan["output"] == "json":
-        text = json.dumps(plan["report"])
+        report = {k: float(value) if value != plan["answer"] and isinstance(v, (int, float)) else v for k, v in plan["report"].items()}
+        text = json.dumps(report)
         if w.fmt != "bash_block" and rng.random() < 0.5:
             w.out.append(hermes_reply("", [("write_file", {"path": "report.json", "content": text + "\n"})]))
         else:
