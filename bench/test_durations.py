@@ -4,8 +4,9 @@
 
 Runs `scripts/test.sh` (setup, then the suite under pytest-xdist) with `--durations-json`, and
 records the commit, the machine, the whole run's wall seconds (`total_seconds`: setup included,
-as CI sees it), pytest's own seconds, the outcome counts, the 30 slowest tests and every module's
-seconds. tests/conftest.py reads the module seconds back to start the slowest modules first. Run
+as CI sees it), pytest's own seconds, the outcome counts, the 30 slowest tests, every module's
+seconds and the seconds of each test of the modules spread test by test (tests/conftest.py's
+SPREAD_MODULES). tests/conftest.py reads them back to start the slowest units first. Run
 it on an idle machine at a clean commit: a figure is as old as its commit.
 """
 from __future__ import annotations

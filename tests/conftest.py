@@ -117,11 +117,18 @@ def pytest_addoption(parser):
                      help="write every test's seconds, per module and in all, to PATH (bench/test_durations.py)")
 
 
-def _module_seconds() -> dict[str, float]:
+def _unit_seconds() -> dict[str, float]:
+    """Seconds of each unit of work in the last committed run: a module, or a test of SPREAD_MODULES
+    (sorted by its module's sum, a 90-second test there started last and ran alone at the end)."""
     try:
-        return json.loads(DURATIONS_FILE.read_text())["module_seconds"]
+        record = json.loads(DURATIONS_FILE.read_text())
+        return {**record["module_seconds"], **record.get("spread_test_seconds", {})}
     except (OSError, ValueError, KeyError):
         return {}
+
+
+def _unit(nodeid: str) -> str:
+    return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
 
 
 def _module(nodeid: str) -> str:
@@ -132,9 +139,9 @@ def _module(nodeid: str) -> str:
 def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):
         return
-    seconds = _module_seconds()
-    unknown = max(seconds.values(), default=0.0)  # a new module: assume it is slow, start it early
-    items.sort(key=lambda item: -seconds.get(_module(item.nodeid), unknown))
+    seconds = _unit_seconds()
+    unknown = max(seconds.values(), default=0.0)  # a new unit: assume it is slow, start it early
+    items.sort(key=lambda item: -seconds.get(_unit(item.nodeid), unknown))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -144,7 +151,7 @@ def pytest_xdist_make_scheduler(config, log):
         """A module per unit of work (a test per unit in SPREAD_MODULES), in collection order."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid if _module(nodeid) in SPREAD_MODULES else _module(nodeid)
+            return _unit(nodeid)
 
     return ModuleScheduling(config, log)
 
@@ -172,7 +179,9 @@ class _DurationRecorder:
         record = {"pytest_seconds": round(time.monotonic() - self.start, 1), "exit_status": int(exitstatus),
                   "tests": len(self.outcomes), "outcomes": counts,
                   "slowest": [{"test": t, "seconds": round(s, 2)} for t, s in slowest],
-                  "module_seconds": {m: round(s, 2) for m, s in sorted(modules.items(), key=lambda kv: -kv[1])}}
+                  "module_seconds": {m: round(s, 2) for m, s in sorted(modules.items(), key=lambda kv: -kv[1])},
+                  "spread_test_seconds": {t: round(s, 2) for t, s in sorted(self.seconds.items(), key=lambda kv: -kv[1])
+                                          if _module(t) in SPREAD_MODULES}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1) + "\n")
