@@ -119,7 +119,8 @@ def pytest_addoption(parser):
 
 def _unit_seconds() -> dict[str, float]:
     """Seconds of each unit of work in the last committed run: a module, or a test of SPREAD_MODULES
-    (sorted by its module's sum, a 90-second test there started last and ran alone at the end)."""
+    (sorted by its module's sum instead, a 50 to 100-second test there could start last and run
+    alone at the end)."""
     try:
         record = json.loads(DURATIONS_FILE.read_text())
         return {**record["module_seconds"], **record.get("spread_test_seconds", {})}

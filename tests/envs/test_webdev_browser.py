@@ -300,14 +300,22 @@ def test_a_loop_that_starts_during_the_screenshot_is_hung_within_bounds(browser,
     # Where the CI hang was: a loop that starts while Page.screenshot captures (here about 300 ms
     # after load, at either viewport) can keep the screenshot waiting past its own timeout, for
     # good (seen before this change in about 1 render of 30 over these delays). The delays sweep
-    # that moment; each page must be hung within the bound, its browser gone.
+    # that moment; each page must be hung within the bound, its browser gone. On a less busy
+    # machine the last captures can end before their loop starts (a clean-clone run scored delay
+    # 340 as the healthy page it was until then): that page is graded as it was, never left hanging.
+    hung = []
     for delay in range(300, 351, 10):
         page = f"<!doctype html><html><body><h1>Hello</h1><script>setTimeout(() => {{ for (;;) {{}} }}, {delay})</script></body></html>"
         started = time.perf_counter()
         reward = grade_dist(site(tmp_path / f"spin{delay}", page), payload(tmp_path, timeout_s=2.0), "spin")
         took = time.perf_counter() - started
-        assert reward.value == 0.0 and reward.components.get("hung") == 1.0, (delay, reward)
+        if reward.components.get("hung") == 1.0:
+            assert reward.value == 0.0, (delay, reward)
+            hung.append(delay)
+        else:
+            assert reward.value == 1.0 and not reward.infra_error, (delay, reward)  # captured before its loop began
         assert took < 2.0 + HANG_BOUND_S, (delay, took)
+    assert hung, "no page of the sweep hung: the delays no longer reach into the capture"
     assert not _busy(_our_chromium())
     assert grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok").value == 1.0
 

@@ -2,12 +2,12 @@
 
 It reads the task's plan (verifier/plan.json: the schema's roles, the question's parameters, the
 answer) and writes the replies an analyst would send: look at the data file first and name the
-columns the question reads, compute the answer with a command that really computes it from the
-files (one python3 -c program per question, reading columns by name) or call the task's SQL tools (as tool calls, or as commands
-under bash_block), then answer: a reply with the answer line, `submit`, or answer.md / report.json
-written with a tool and a closing reply. Which command, which order and which words are drawn
-from `rng`; every command prints the answer (or the rows it is read from), and tests run them to
-check that it does.
+columns the question reads, compute the answer with a python3 -c program that really computes it
+from the files (one per question kind, reading columns by name) or call the task's SQL tools (as
+tool calls, or as commands under bash_block), then answer: a reply with the answer line,
+`submit`, or answer.md / report.json written with a tool and a closing reply. Which look, which
+order and which words are drawn from `rng`; every program prints the answer (a join's first one
+the person's id), and tests run them to check that it does.
 """
 from __future__ import annotations
 
