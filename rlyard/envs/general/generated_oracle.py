@@ -98,6 +98,9 @@ class Commands:
     def number(self, expression: str) -> str:
         return f"print(round({expression}, 2))"
 
+    def sum_where(self, role: str, value: str) -> str:
+        return f"sum({self.amount()} for r in rows if {self.where(role, value)})"
+
     def lookup(self, ident: str) -> str:
         return self.total("key", ident)
 
@@ -105,7 +108,7 @@ class Commands:
         return self.python(f"print(sum(1 for r in rows if {self.where('group', group)}))")
 
     def total(self, role: str, value: str) -> str:
-        return self.python(self.number(f"sum({self.amount()} for r in rows if {self.where(role, value)})"))
+        return self.python(self.number(self.sum_where(role, value)))
 
     def top(self, k: int) -> str:
         return self.python(f"rows.sort(key=lambda r: -{self.amount()}); print(', '.join(r['{self.roles['label']}'] for r in rows[:{k}]))")
@@ -116,8 +119,7 @@ class Commands:
                            "print(max(t, key=t.get))")
 
     def difference(self, first: str, second: str) -> str:
-        return self.python(self.number(f"(sum({self.amount()} for r in rows if {self.where('group', first)}) - "
-                                       f"sum({self.amount()} for r in rows if {self.where('group', second)}))"))
+        return self.python(self.number(f"({self.sum_where('group', first)} - {self.sum_where('group', second)})"))
 
     def person(self, name: str) -> str:
         ref = self.roles["ref"]
