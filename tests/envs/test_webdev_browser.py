@@ -205,7 +205,7 @@ def test_a_page_past_the_time_limit_scores_0_and_its_worker_is_replaced(browser,
     before = WORKERS.run(lambda: renderer().launches)
     # the loop starts at `load`, which every render waits for: a 300 ms timer's loop began after a
     # fast machine's capture had ended (an AMX Xeon scored that page 1.0, as the healthy page it was)
-    spin = "<!doctype html><html><body><h1>Hello</h1><script>addEventListener('load', () => { for (;;) {} })</script></body></html>"
+    spin = NEVER_YIELDS["load_handler"]
     started = time.perf_counter()
     reward = grade_dist(site(tmp_path / "spin", spin), payload(tmp_path, timeout_s=2.0), "spin")
     assert reward.value == 0.0 and reward.components["hung"] == 1.0, reward
