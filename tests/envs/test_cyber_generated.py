@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from rlyard.envs.cyber.bugs import KINDS
+from rlyard.envs.cyber.bugs import KINDS, canonical_trigger
 from rlyard.envs.cyber.formats import FORMATS, parts_bytes
 from rlyard.envs.cyber.generate import HELD_OUT, draw_spec, draw_specs, poc_bytes, program, seed_bytes
 from rlyard.envs.cyber.oracle import oracle, printf_text, python_expr
@@ -55,17 +55,30 @@ def test_programs_are_short():
 
 
 def test_oracle_byte_writers_round_trip():
-    """The python expression and sh's printf (dash: octal escapes only) write exactly the bytes."""
-    for k, (fmt, bug) in enumerate([("header", "heap_overflow"), ("records", "double_free"), ("strtab", "oob_index"),
-                                    ("kv", "use_after_free"), ("fields", "null_deref")]):
+    """The python expression (with the length written as a sum or not) and sh's printf (dash:
+    octal escapes only) write exactly the bytes, for the drawn and the canonical trigger of every
+    kind in every format."""
+    for k, (fmt, bug) in enumerate((f, b) for f in FORMATS for b in KINDS):
         spec = draw_spec(random.Random(k), fmt, bug)
-        blob = KINDS[bug].trigger(spec.constants, random.Random(k), FORMATS[fmt].text)
-        parts = FORMATS[fmt].parts(spec.layout, blob, False)
-        data = parts_bytes(parts)
-        assert eval(python_expr(parts)) == data  # noqa: S307 (our own expression)
-        printed = subprocess.run(["/bin/sh", "-c", f"printf '{printf_text(data)}'"], capture_output=True, check=True).stdout
-        assert printed == data
-        assert seed_bytes(spec) != data
+        canonical, length_expr = canonical_trigger(bug, spec.constants, FORMATS[fmt].text)
+        drawn = KINDS[bug].trigger(spec.constants, random.Random(k), FORMATS[fmt].text)
+        for blob, expression in ((drawn, None), (canonical, length_expr)):
+            parts = FORMATS[fmt].parts(spec.layout, blob, False)
+            data = parts_bytes(parts)
+            length = (sum(count for _, count in blob), expression) if expression else None
+            assert eval(python_expr(parts)) == data == eval(python_expr(parts, length))  # noqa: S307 (our own expression)
+            printed = subprocess.run(["/bin/sh", "-c", f"printf '{printf_text(data)}'"], capture_output=True, check=True).stdout
+            assert printed == data
+            assert seed_bytes(spec) != data
+
+
+def test_the_oracle_writes_a_length_as_the_sources_bound_plus_8_and_a_tag_as_the_source_does():
+    spec = draw_spec(random.Random(1), "records", "stack_overflow")
+    size, tag = spec.constants["size"], spec.layout["tag"]
+    canonical, length_expr = canonical_trigger("stack_overflow", spec.constants, False)
+    assert canonical[0][1] == size + 8 and length_expr == f"{size} + 8"
+    expr = python_expr(FORMATS["records"].parts(spec.layout, canonical, False), (size + 8, length_expr))
+    assert f"bytes([0x{tag:02x}])" in expr and f"({size} + 8).to_bytes(2, " in expr and f"* ({size} + 8)" in expr
 
 
 @pytest.fixture()

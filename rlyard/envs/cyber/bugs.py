@@ -260,3 +260,35 @@ KINDS: dict[str, BugKind] = {kind.name: kind for kind in [
                          + (f"p[i] - '{chr(c['base'])}'" if c["base"] else "p[i]")
                          + " without a range check, so a symbol outside the table's range indexes out of bounds."),
 ]}
+
+
+# ---------------------------------------------------------------- the oracle's trigger: one rule per kind
+
+def canonical_trigger(bug: str, c: dict, text: bool) -> tuple[Runs | None, str | None]:
+    """The trigger the oracle teaches, and its length as an expression of the source's constants.
+
+    `trigger` draws lengths at random above the bound (a buffer of 20 gets 24 to 60 bytes), which
+    a policy cannot learn from demonstrations: taught so, the SFT policy wrote the bound itself
+    (20 bytes for a 20-byte buffer) on held-out targets. This one is a rule to copy: the bound
+    read in the source plus 8 (written `20 + 8`, python does the sum), one byte under a minimum,
+    the reserved byte first, 32 bytes of hashing, the byte 0xff (or '~') as an index. Always
+    within the formats' limits (a one-byte length field, a 256-byte text line).
+    """
+    fill = ord("A")
+    if bug in ("stack_overflow", "heap_overflow"):
+        return [(fill, c["size"] + 8)], f"{c['size']} + 8"
+    if bug == "off_by_one":
+        return [(fill, c["size"])], None
+    if bug == "use_after_free":
+        return [(fill, 1)], None
+    if bug == "double_free":
+        return [(c["reserved"], 1), (fill, 3)], None
+    if bug == "signed_overflow":
+        assert _hash_overflows(c["init"], c["factor"], bytes([fill]) * 32)
+        return [(fill, 32)], None
+    if bug == "null_deref":
+        return None, None
+    if bug == "oob_index":
+        outside = ord("~") if text else 0xFF  # past every table: 'a' + 26 is '{', binary tables hold at most 100
+        return [(c["base"], 1), (outside, 1)], None
+    raise KeyError(f"no canonical trigger for bug kind {bug!r}")

@@ -19,7 +19,10 @@ from typing import Callable
 
 from rlyard.envs.cyber.bugs import Runs
 
-Part = tuple  # ("lit", bytes) or ("run", byte value, count)
+# ("lit", bytes), ("run", byte value, count), or ("uint", value, width, endian, role): a number field,
+# its role "dec" (a count or version), "hex" (a flag or tag, written 0x.. in the source) or "len"
+# (the field's length), so the oracle can write each field as the source names it.
+Part = tuple
 
 LOAD = """static unsigned char *load(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -43,8 +46,16 @@ OPEN_TEXT = """    FILE *f = argc > 1 ? fopen(argv[1], "r") : NULL;
     }"""
 
 
+def part_bytes(part: Part) -> bytes:
+    if part[0] == "lit":
+        return part[1]
+    if part[0] == "run":
+        return bytes([part[1]]) * part[2]
+    return _encode_uint(part[1], part[2], part[3])
+
+
 def parts_bytes(parts: list[Part]) -> bytes:
-    return b"".join(p[1] if p[0] == "lit" else bytes([p[1]]) * p[2] for p in parts)
+    return b"".join(part_bytes(p) for p in parts)
 
 
 def _runs_parts(runs: Runs) -> list[Part]:
@@ -142,10 +153,10 @@ def _header_main(c: dict, noun: str, title: str, function: str, check_null: bool
 def _header_parts(c: dict, blob: Runs | None, seed: bool) -> list[Part]:
     length = sum(count for _, count in blob) if blob is not None else 0
     flags = (c["other_flags"] | c["flag"]) if blob is not None else (c["other_flags"] & ~c["flag"] if seed else 0)
-    values = {"version": bytes([c["version"]]), "flags": bytes([flags]),
-              "length": _encode_uint(length, c["width"], c["endian"])}
-    header = b"".join(values[name] for name in c["order"]) + bytes(c["pad"])
-    return [("lit", c["magic"].encode()), ("lit", header)] + (_runs_parts(blob) if blob else [])
+    values = {"version": ("uint", c["version"], 1, "big", "dec"), "flags": ("uint", flags, 1, "big", "hex"),
+              "length": ("uint", length, c["width"], c["endian"], "len")}
+    pad = [("run", 0, c["pad"])] if c["pad"] else []
+    return [("lit", c["magic"].encode())] + [values[name] for name in c["order"]] + pad + (_runs_parts(blob) if blob else [])
 
 
 def _header_explain(c: dict, noun: str) -> str:
@@ -204,16 +215,15 @@ def _records_main(c: dict, noun: str, title: str, function: str, check_null: boo
 }}"""
 
 
-def _record(c: dict, tag: int, body: list[Part], length: int) -> list[Part]:
-    size = _encode_uint(length, c["width"], c["endian"])
-    head = bytes([tag]) + size if c["tag_first"] else size + bytes([tag])
-    return [("lit", head)] + body
+def _record(c: dict, tag: int, body: list[Part], length: int, role: str = "len") -> list[Part]:
+    size, tag_part = ("uint", length, c["width"], c["endian"], role), ("uint", tag, 1, "big", "hex")
+    return ([tag_part, size] if c["tag_first"] else [size, tag_part]) + body
 
 
 def _records_parts(c: dict, blob: Runs | None, seed: bool) -> list[Part]:
     parts: list[Part] = [("lit", c["magic"].encode())]
     if seed or blob is None:  # a decoy record: any other tag is skipped
-        parts += _record(c, c["decoys"][0], [("lit", b"v1")], 2)
+        parts += _record(c, c["decoys"][0], [("lit", b"v1")], 2, "dec")
     if blob is not None:
         parts += _record(c, c["tag"], _runs_parts(blob), sum(count for _, count in blob))
     return parts
@@ -282,8 +292,9 @@ def _strtab_parts(c: dict, blob: Runs | None, seed: bool) -> list[Part]:
     if blob is not None:
         strings.append(_runs_parts(blob))
         lengths.append(sum(count for _, count in blob))
-    table = b"".join(_encode_uint(k, c["width"], c["endian"]) for k in lengths)
-    parts: list[Part] = [("lit", c["magic"].encode()), ("lit", bytes([len(strings)]) + table)]
+    table = [("uint", k, c["width"], c["endian"], "len" if blob is not None and i == c["index"] else "dec")
+             for i, k in enumerate(lengths)]
+    parts: list[Part] = [("lit", c["magic"].encode()), ("uint", len(strings), 1, "big", "dec")] + table
     for s in strings:
         parts += s
     return parts
@@ -349,7 +360,7 @@ def _kv_parts(c: dict, blob: Runs | None, seed: bool) -> list[Part]:
     if seed or blob is None:
         parts.append(("lit", f"{c['others'][0]}{c['sep']}1\n".encode()))
     if blob is not None:
-        parts += [("lit", f"{c['key']}{c['sep']}".encode())] + _runs_parts(blob) + [("lit", b"\n")]
+        parts += [("lit", f"{c['key']}{c['sep']}".encode())] + _runs_parts(blob) + [("lit", b"\n")]  # key apart from the magic line
     return parts
 
 
@@ -405,11 +416,13 @@ def _fields_main(c: dict, noun: str, title: str, function: str, check_null: bool
 def _fields_parts(c: dict, blob: Runs | None, seed: bool) -> list[Part]:
     sep = c["sep"].encode()
     before = sep.join(f.encode() for f in c["fillers"][: c["index"]])
-    parts: list[Part] = [("lit", (c["magic"] + "\n").encode() + before)]
+    parts: list[Part] = [("lit", (c["magic"] + "\n").encode())]
     if blob is not None:
-        parts += [("lit", sep)] + _runs_parts(blob)
+        parts += [("lit", before + sep)] + _runs_parts(blob)
         if seed:
             parts.append(("lit", sep + c["fillers"][-1].encode()))
+    else:
+        parts.append(("lit", before))
     return parts + [("lit", b"\n")]
 
 

@@ -3,11 +3,14 @@
 A built-in target (or a row) has only its reference PoC: the oracle writes it with write_file
 (as base64 text, since a PoC is bytes), decodes it with bash and submits it. A generated target
 (`payload["spec"]`, generate.py) is solved as an agent that read the source would: read the
-source (cat or read_file), sometimes look at seed.bin, then write its own PoC for the bug (a
-trigger drawn afresh from the task's catalogue entry, so it is not the reference's bytes) as a
-python one-liner, a printf or a base64 write_file, sometimes run ./target on it, and submit.
-The thought before the PoC states the layout and the bug in words, from the spec. Every choice
-is drawn from `rng`; `rlyard collect cyber` and validate play these replies.
+source (cat or read_file), sometimes look at seed.bin, then write its own PoC for the bug (the
+kind's canonical trigger, `bugs.canonical_trigger`: one rule a policy can copy from the source,
+such as the buffer's size + 8) as a python one-liner, a printf or a base64 write_file, sometimes
+run ./target on it, and submit. The python writes the file field by field as the source names
+them (the magic, `bytes([0x64])` for a tag, `(20 + 8).to_bytes(2, 'little')` for a length), so
+no sum and no hex-to-decimal is left to the policy. The thought before the PoC states the layout
+and the bug in words, from the spec. Every other choice is drawn from `rng`; `rlyard collect
+cyber` and validate play these replies.
 """
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ import random
 from pathlib import Path
 
 from rlyard.agent.replies import bash_reply, hermes_reply, say
-from rlyard.envs.cyber.bugs import KINDS
-from rlyard.envs.cyber.formats import FORMATS, parts_bytes
+from rlyard.envs.cyber.bugs import KINDS, canonical_trigger
+from rlyard.envs.cyber.formats import FORMATS, part_bytes, parts_bytes
 from rlyard.types import Reward, Task
 
 SAFE_IN_DOUBLE_QUOTES = set(range(0x20, 0x7F)) - {ord(c) for c in "'\\\"$`"}  # a python b'...' inside sh "..."
@@ -42,26 +45,20 @@ def oracle(task: Task, rng: random.Random | None = None) -> list[str]:
 
 # ---------------------------------------------------------------- writing bytes as a command
 
-def _tokens(parts: list) -> list[tuple]:
-    """Parts as ("str", bytes) printable runs, ("nums", [ints]) and ("rep", byte, count), merged."""
+def _tokens(part: tuple) -> list[tuple]:
+    """One part as ("str", bytes) printable runs, ("nums", [ints]), ("rep", byte, count) or the
+    part itself for a number field; runs are merged inside a part, never across two."""
+    if part[0] == "uint":
+        return [part]
+    if part[0] == "run" and part[2] >= 4:
+        return [("rep", part[1], part[2])]
     tokens: list[tuple] = []
-
-    def add(kind: str, value) -> None:
-        if tokens and tokens[-1][0] == kind and kind != "rep":
+    for b in part_bytes(part):
+        kind, value = ("str", bytes([b])) if b in SAFE_IN_DOUBLE_QUOTES or b == 0x0A else ("nums", [b])
+        if tokens and tokens[-1][0] == kind:
             tokens[-1] = (kind, tokens[-1][1] + value)
         else:
             tokens.append((kind, value))
-
-    for part in parts:
-        if part[0] == "run" and part[2] >= 4:
-            tokens.append(("rep", part[1], part[2]))
-            continue
-        data = part[1] if part[0] == "lit" else bytes([part[1]]) * part[2]
-        for b in data:
-            if b in SAFE_IN_DOUBLE_QUOTES or b == 0x0A:
-                add("str", bytes([b]))
-            else:
-                add("nums", [b])
     return tokens
 
 
@@ -69,17 +66,30 @@ def _py_str(data: bytes) -> str:
     return "b'" + data.decode("ascii").replace("\n", "\\n") + "'"
 
 
-def python_expr(parts: list) -> str:
-    """The file as a python bytes expression: b'MAG' + bytes([3, 17, 0]) + b'A' * 17."""
+def _py_uint(value: int, width: int, endian: str, role: str, length: tuple[int, str] | None) -> str:
+    number = (f"0x{value:02x}" if role == "hex" else
+              f"({length[1]})" if role == "len" and length and value == length[0] else str(value))
+    if width == 1:
+        return f"bytes([{number.strip('()')}])"
+    return f"{number if number.startswith(('(', '0x')) else f'({number})'}.to_bytes({width}, '{endian}')"
+
+
+def python_expr(parts: list, length: tuple[int, str] | None = None) -> str:
+    """The file as a python bytes expression, field by field as the source names them:
+    b'MAG' + bytes([0x04]) + (20 + 8).to_bytes(2, 'little') + b'A' * (20 + 8). `length`: the
+    field's length and the expression to write it as (python does the sum, not the policy)."""
     pieces = []
-    for token in _tokens(parts):
+    for token in (t for part in parts for t in _tokens(part)):
         if token[0] == "str":
             pieces.append(_py_str(token[1]))
         elif token[0] == "nums":
-            pieces.append(f"bytes([{', '.join(map(str, token[1]))}])")
+            pieces.append(f"bytes([{', '.join(f'0x{b:02x}' for b in token[1])}])")  # as C writes a byte
+        elif token[0] == "uint":
+            pieces.append(_py_uint(*token[1:], length))
         else:
-            unit = _py_str(bytes([token[1]])) if token[1] in SAFE_IN_DOUBLE_QUOTES else f"bytes([{token[1]}])"
-            pieces.append(f"{unit} * {token[2]}")
+            unit = _py_str(bytes([token[1]])) if token[1] in SAFE_IN_DOUBLE_QUOTES else f"bytes([0x{token[1]:02x}])"
+            count = f"({length[1]})" if length and token[2] == length[0] else str(token[2])
+            pieces.append(f"{unit} * {count}")
     return " + ".join(pieces) or "b''"
 
 
@@ -93,7 +103,7 @@ def printf_text(data: bytes) -> str:
 
 # ---------------------------------------------------------------- a generated target
 
-def _blob_words(kind: str, blob: list | None, noun: str, constants: dict, text: bool) -> str:
+def _blob_words(kind: str, blob: list | None, noun: str, constants: dict, text: bool, length_expr: str | None) -> str:
     if blob is None:
         return f"a file without the {noun}"
     length = sum(count for _, count in blob)
@@ -102,7 +112,7 @@ def _blob_words(kind: str, blob: list | None, noun: str, constants: dict, text: 
     if kind == "oob_index":
         symbol = blob[-1][0]
         return f"a {noun} holding the symbol " + (f"'{chr(symbol)}'" if text else f"0x{symbol:02x}")
-    return f"a {noun} of {'exactly ' if kind == 'off_by_one' else ''}{length} byte{'s' if length != 1 else ''}"
+    return f"a {noun} of {'exactly ' if kind == 'off_by_one' else ''}{length_expr or length} byte{'s' if length != 1 else ''}"
 
 
 def generated_replies(task: Task, rng: random.Random) -> list[str]:
@@ -110,7 +120,7 @@ def generated_replies(task: Task, rng: random.Random) -> list[str]:
     fmt, kind = FORMATS[spec["format"]], KINDS[spec["bug"]]
     hermes = (task.metadata.get("tool_format") or fmt_name) != "bash_block"
     source, function, noun = f"src/{spec['stem']}.c", spec["function"], spec["noun"]
-    blob = kind.trigger(spec["constants"], rng, fmt.text)
+    blob, length_expr = canonical_trigger(spec["bug"], spec["constants"], fmt.text)
     parts = fmt.parts(spec["layout"], blob, False)
     data, name = parts_bytes(parts), rng.choice(["poc.bin", "poc.bin", "crash.bin", "input.bin", "poc"])
 
@@ -126,12 +136,12 @@ def generated_replies(task: Task, rng: random.Random) -> list[str]:
         look = "cat seed.bin" if fmt.text else rng.choice(["od -An -tx1 seed.bin", "xxd seed.bin"])
         replies.append(reply(say(rng, ["Let me compare with the seed input.", "A look at seed.bin, a file it accepts.", ""]),
                              look))
-    words = _blob_words(spec["bug"], blob, noun, spec["constants"], fmt.text)
+    words = _blob_words(spec["bug"], blob, noun, spec["constants"], fmt.text, length_expr)
     thought = (f"{fmt.explain(spec['layout'], noun)} {kind.explain(function, spec['constants'])} "
                + say(rng, ["So the PoC is {w}.", "I'll write {w}.", "A file with {w} should crash it."], w=words))
     check = rng.choice([" && ./target {n} 2>&1 | grep SUMMARY", " && ./target {n} 2>&1 | grep SUMMARY",
                         " && ./target {n} 2>&1 | tail -n 2", ""]).format(n=name)
-    style = rng.choice(["python", "python", "printf"] + (["base64"] if hermes else []))
+    style = rng.choice(["python", "python", "python", "printf"] + (["base64"] if hermes else []))
     if style == "printf" and len(data) > PRINTF_MAX:
         style = "python"
     if style == "base64":
@@ -141,7 +151,7 @@ def generated_replies(task: Task, rng: random.Random) -> list[str]:
     elif style == "printf":
         replies.append(reply(thought, f"printf '{printf_text(data)}' > {name}{check}"))
     else:
-        expr = python_expr(parts)
+        expr = python_expr(parts, (sum(count for _, count in blob), length_expr) if length_expr else None)
         write = rng.choice([f"python3 -c \"import sys; sys.stdout.buffer.write({expr})\" > {name}",
                             f"python3 -c \"open('{name}', 'wb').write({expr})\""])
         replies.append(reply(thought, write + check))
