@@ -4,8 +4,7 @@ A spec is plain data: a title, the nav's links, the middle sections in page orde
 `cards`, `list`, `form`, each with its texts), the footer, a colour theme, the page's
 background and the alignment. The reference page is `page(spec)`; the oracle writes
 `page(spec, variant(rng))`, the same page in other markup: other class names for the
-containers no check names, CSS rules and declarations in another order, colours in another
-notation, `div` or `article` cards, `strong` or `b` for the title, indentation, the CSS inline or
+containers no check names, colours in another notation, `div` or `article` cards, `strong` or `b` for the title, indentation, the CSS inline or
 in style.css. Every variant renders to the same pixels as the reference (flex and grid
 containers ignore the whitespace between their children; no rule's property is set twice for
 one element, so rule order is free), so it scores the reference's 1.0, `visual` included,
@@ -52,9 +51,12 @@ CARDS_CLASSES = ("cards", "grid", "tiles", "row", "features", "boxes", "items")
 
 
 def variant(rng: random.Random) -> Variant:
-    """A markup of the same page, drawn from `rng`."""
+    """A markup of the same page, drawn from `rng`. The CSS keeps the reference's rule and
+    declaration order: taught on rules in a drawn order (pilot at e70d2f2), the SFT policy wrote
+    every DOM check right but, on most held-out pages, one rule twice and another (`main>*`'s
+    padding) not at all, and those pages scored 0 on the visual check. `Variant(rule_order=...,
+    shuffle_seed=...)` still writes the other orders."""
     return Variant(cards_class=rng.choice(CARDS_CLASSES), card_tag=rng.choice(("div", "article")), brand_tag=rng.choice(("strong", "b")),
-                   rule_order=tuple(rng.sample(range(len(RULES)), len(RULES))), shuffle_seed=rng.randrange(1 << 30),
                    colour=rng.choice(("hex", "hex", "HEX", "long")), css_file=rng.random() < 0.2,
                    indent=rng.choice(("", "", "  ")), copyright=rng.choice(("\u00a9", "&copy;")),
                    doctype=rng.choice(("<!doctype html>", "<!DOCTYPE html>")), input_type=rng.random() < 0.3)
