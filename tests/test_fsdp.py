@@ -114,6 +114,9 @@ def run_rank(rank: int, port: int, vocab_size: int, cases: list[Case], out_dir: 
             if rank == 0:
                 torch.save({"metrics": metrics, "grads": grads, "state": state, "rollout": rollout, "adapter": adapter},
                            os.path.join(out_dir, f"{k}.pt"))
+        # Both ranks leave together: a rank that tore gloo down while rank 0 still saved died
+        # once with SIGABRT ("terminate called without an active exception", the clean-clone run at e70d2f2).
+        torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
 
