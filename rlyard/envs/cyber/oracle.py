@@ -67,11 +67,13 @@ def _py_str(data: bytes) -> str:
 
 
 def _py_uint(value: int, width: int, endian: str, role: str, length: tuple[int, str] | None) -> str:
-    number = (f"0x{value:02x}" if role == "hex" else
-              f"({length[1]})" if role == "len" and length and value == length[0] else str(value))
-    if width == 1:
-        return f"bytes([{number.strip('()')}])"
-    return f"{number if number.startswith(('(', '0x')) else f'({number})'}.to_bytes({width}, '{endian}')"
+    if role == "hex":
+        number = f"0x{value:02x}"
+    elif role == "len" and length and value == length[0]:
+        number = length[1]
+    else:
+        number = str(value)
+    return f"bytes([{number}])" if width == 1 else f"({number}).to_bytes({width}, '{endian}')"
 
 
 def python_expr(parts: list, length: tuple[int, str] | None = None) -> str:

@@ -4,11 +4,11 @@ A spec is plain data: a title, the nav's links, the middle sections in page orde
 `cards`, `list`, `form`, each with its texts), the footer, a colour theme, the page's
 background and the alignment. The reference page is `page(spec)`; the oracle writes
 `page(spec, variant(rng))`, the same page in other markup: other class names for the
-containers no check names, colours in another notation, `div` or `article` cards, `strong` or `b` for the title, indentation, the CSS inline or
-in style.css. Every variant renders to the same pixels as the reference (flex and grid
-containers ignore the whitespace between their children; no rule's property is set twice for
-one element, so rule order is free), so it scores the reference's 1.0, `visual` included,
-through the same grader as every page.
+containers no check names, colours in another notation, `div` or `article` cards, `strong` or
+`b` for the title, indentation, the CSS inline or in style.css; the CSS rules and declarations
+always in the reference's order. Every variant renders to the same pixels as the reference
+(flex and grid containers ignore the whitespace between their children), so it scores the
+reference's 1.0, `visual` included, through the same grader as every page.
 
 The page stays short (860-1,300 characters, 380-540 tokens of SmolLM2's tokenizer), so a small
 model can write it in one reply: 3-digit colours, one rule for the themed blocks.
@@ -37,8 +37,6 @@ class Variant:
     cards_class: str = "cards"  # the cards' container (no check names it; `.card` itself is fixed)
     card_tag: str = "div"
     brand_tag: str = "strong"
-    rule_order: tuple[int, ...] = ()  # a permutation of the CSS rules (empty: as written)
-    shuffle_seed: int = -1  # the declarations' order inside each rule (-1: as written)
     colour: str = "hex"  # hex (#fd8) | HEX (#FD8) | long (#ffdd88)
     css_file: bool = False  # the CSS in dist/style.css, linked, instead of a <style> block
     indent: str = ""  # indentation of the markup ("": none)
@@ -53,9 +51,8 @@ CARDS_CLASSES = ("cards", "grid", "tiles", "row", "features", "boxes", "items")
 def variant(rng: random.Random) -> Variant:
     """A markup of the same page, drawn from `rng`. The CSS keeps the reference's rule and
     declaration order: taught on rules in a drawn order (pilot at e70d2f2), the SFT policy wrote
-    every DOM check right but, on most held-out pages, one rule twice and another (`main>*`'s
-    padding) not at all, and those pages scored 0 on the visual check. `Variant(rule_order=...,
-    shuffle_seed=...)` still writes the other orders."""
+    one selector twice in 27 of 30 held-out pages and no `main>*` rule in 29; 28 of the 30 scored
+    0 (2 at the gate, the rest capped by the visual check under its floor)."""
     return Variant(cards_class=rng.choice(CARDS_CLASSES), card_tag=rng.choice(("div", "article")), brand_tag=rng.choice(("strong", "b")),
                    colour=rng.choice(("hex", "hex", "HEX", "long")), css_file=rng.random() < 0.2,
                    indent=rng.choice(("", "", "  ")), copyright=rng.choice(("\u00a9", "&copy;")),
@@ -94,15 +91,8 @@ def css(spec: dict[str, Any], v: Variant) -> str:
               "fg": colour(fg, v.colour), "border": colour(BORDER, v.colour), "align": spec["align"],
               "justify": "center" if spec["align"] == "center" else "flex-start",
               "items": "center" if spec["align"] == "center" else "start"}
-    shuffle = random.Random(v.shuffle_seed) if v.shuffle_seed >= 0 else None
-    lines = []
-    for k in (v.rule_order or range(len(RULES))):
-        selector, declarations = RULES[k]
-        parts = declarations.format(**values).split(";")
-        if shuffle is not None:
-            shuffle.shuffle(parts)
-        lines.append(selector.format(cards=v.cards_class) + "{" + ";".join(parts) + "}")
-    return "\n".join(lines) + "\n"
+    return "".join(f"{selector.format(cards=v.cards_class)}{{{declarations.format(**values)}}}\n"
+                   for selector, declarations in RULES)
 
 
 def section_markup(spec: dict[str, Any], name: str, v: Variant) -> list[str]:
