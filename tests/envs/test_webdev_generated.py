@@ -56,6 +56,21 @@ def test_variants_change_the_markup_not_the_content():
     assert all(visible(v).replace("&copy;", "\u00a9") == visible(reference) for v in variants)
 
 
+def test_the_oracle_names_each_section_in_the_briefs_order():
+    import importlib
+
+    from rlyard.types import Task
+
+    oracle = importlib.import_module("rlyard.envs.webdev.oracle")
+    for k, spec in enumerate(generate.specs("train", 30, 0, 25)):
+        task = Task(id=generate.spec_id(spec), prompt=[], env="webdev", payload={"spec": spec, "tool_format": "bash_block"})
+        write = oracle.oracle(task, random.Random(k))[0]
+        names = ["header", *spec["sections"], "footer"]
+        assert write.startswith("Sections: " + ", ".join(names) + ".\n")
+        assert re.findall(r"<!-- (\w+) -->", write) == spec["sections"]  # one comment per middle section, in page order
+    assert "<!--" not in template.page(spec)["index.html"]  # the reference (and its cached screenshot) has none
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     """One held-out generated task whose reference lives in a fresh cache (so it is rendered here)."""

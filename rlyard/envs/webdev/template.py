@@ -43,6 +43,7 @@ class Variant:
     copyright: str = "\u00a9"  # or the entity &copy;
     doctype: str = "<!doctype html>"
     input_type: bool = False  # type="text" written out, or left to its default
+    section_comments: bool = False  # `<!-- list -->` before each middle section, named as in the brief
 
 
 CARDS_CLASSES = ("cards", "grid", "tiles", "row", "features", "boxes", "items")
@@ -56,7 +57,8 @@ def variant(rng: random.Random) -> Variant:
     return Variant(cards_class=rng.choice(CARDS_CLASSES), card_tag=rng.choice(("div", "article")), brand_tag=rng.choice(("strong", "b")),
                    colour=rng.choice(("hex", "hex", "HEX", "long")), css_file=rng.random() < 0.2,
                    indent=rng.choice(("", "", "  ")), copyright=rng.choice(("\u00a9", "&copy;")),
-                   doctype=rng.choice(("<!doctype html>", "<!DOCTYPE html>")), input_type=rng.random() < 0.3)
+                   doctype=rng.choice(("<!doctype html>", "<!DOCTYPE html>")), input_type=rng.random() < 0.3,
+                   section_comments=True)
 
 
 def colour(value: str, notation: str) -> str:
@@ -125,6 +127,8 @@ def page(spec: dict[str, Any], v: Variant | None = None) -> dict[str, str]:
             (0, "</header>"), (0, "<main>")]
     for name in spec["sections"]:
         lines = section_markup(spec, name, v)
+        if v.section_comments:
+            body.append((1, f"<!-- {name} -->"))
         body += [(1, lines[0]), *((2, line) for line in lines[1:-1]), (1, lines[-1])]
     footer = spec["footer"].replace("\u00a9", v.copyright)
     body += [(0, "</main>"), (0, f"<footer>{footer}</footer>")]
