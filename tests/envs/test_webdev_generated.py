@@ -67,7 +67,8 @@ def test_the_oracle_names_each_section_in_the_briefs_order():
         write = oracle.oracle(task, random.Random(k))[0]
         names = ["header", *spec["sections"], "footer"]
         assert write.startswith("Sections: " + ", ".join(names) + ".\n")
-        assert re.findall(r"<!-- (\w+) -->", write) == spec["sections"]  # one comment per middle section, in page order
+        assert re.findall(r"<!-- (\w+) -->", write) == [*spec["sections"], "footer"]  # the plan's entries in page order
+        assert "<!-- footer -->\n</main>" in write
     assert "<!--" not in template.page(spec)["index.html"]  # the reference (and its cached screenshot) has none
 
 

@@ -43,7 +43,7 @@ class Variant:
     copyright: str = "\u00a9"  # or the entity &copy;
     doctype: str = "<!doctype html>"
     input_type: bool = False  # type="text" written out, or left to its default
-    section_comments: bool = False  # `<!-- list -->` before each middle section, named as in the brief
+    section_comments: bool = False  # `<!-- list -->` before each middle section, named as in the brief; `<!-- footer -->` closes main
 
 
 CARDS_CLASSES = ("cards", "grid", "tiles", "row", "features", "boxes", "items")
@@ -131,6 +131,8 @@ def page(spec: dict[str, Any], v: Variant | None = None) -> dict[str, str]:
             body.append((1, f"<!-- {name} -->"))
         body += [(1, lines[0]), *((2, line) for line in lines[1:-1]), (1, lines[-1])]
     footer = spec["footer"].replace("\u00a9", v.copyright)
+    if v.section_comments:  # so after a section the next token names the plan's next entry, and only "footer" closes main
+        body.append((1, "<!-- footer -->"))
     body += [(0, "</main>"), (0, f"<footer>{footer}</footer>")]
     html = [v.doctype, "<html>", "<head>", *head, "</head>", "<body>",
             *(v.indent * depth + line for depth, line in body), "</body>", "</html>"]
