@@ -6,7 +6,8 @@ background and the alignment. The reference page is `page(spec)`; the oracle wri
 `page(spec, variant(rng))`, the same page in other markup: other class names for the
 containers no check names, colours in another notation, `div` or `article` cards, `strong` or
 `b` for the title, indentation, the CSS inline or in style.css; the CSS rules and declarations
-always in the reference's order. Every variant renders to the same pixels as the reference
+always in the reference's order, and always a comment naming each section (`<!-- list -->`, and
+`<!-- footer -->` closing main) so the page shows where it is in the brief's plan. Every variant renders to the same pixels as the reference
 (flex and grid containers ignore the whitespace between their children), so it scores the
 reference's 1.0, `visual` included, through the same grader as every page.
 
