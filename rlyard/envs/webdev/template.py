@@ -7,9 +7,10 @@ background and the alignment. The reference page is `page(spec)`; the oracle wri
 containers no check names, colours in another notation, `div` or `article` cards, `strong` or
 `b` for the title, indentation, the CSS inline or in style.css; the CSS rules and declarations
 always in the reference's order, and always a comment naming each section (`<!-- list -->`, and
-`<!-- footer -->` closing main) so the page shows where it is in the brief's plan. Every variant renders to the same pixels as the reference
-(flex and grid containers ignore the whitespace between their children), so it scores the
-reference's 1.0, `visual` included, through the same grader as every page.
+`<!-- footer -->` closing main) so the page shows where it is in the brief's plan. Every variant
+renders to the same pixels as the reference (flex and grid containers ignore the whitespace
+between their children), so it scores the reference's 1.0, `visual` included, through the same
+grader as every page.
 
 The page stays short (860-1,300 characters, 380-540 tokens of SmolLM2's tokenizer), so a small
 model can write it in one reply: 3-digit colours, one rule for the themed blocks.
