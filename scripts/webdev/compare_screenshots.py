@@ -5,7 +5,8 @@
 
 Each row is one held-out task (the first `n` of the eval in its order, so the rows are not
 picked by outcome): the reference's stored screenshot, then the desktop screenshot the grader
-saved for each stage's greedy page, with the reward above it. Screenshots are the grader's own
+saved for each stage's page (its greedy one, or its first sample when the evaluation only
+sampled), with the reward above it. Screenshots are the grader's own
 (`info["screenshot"]` of `rlyard eval --trajectories`), so they must still exist where it wrote them.
 """
 from __future__ import annotations
@@ -45,13 +46,12 @@ def tile(png: Path | None):
     return canvas
 
 
-def reference_png(task_id: str, split: str, seed: int, eval_percent: int) -> Path | None:
+def reference_pngs(seed: int, eval_percent: int) -> dict[str, Path]:
+    """{task id: its stored reference screenshot} for every held-out spec of the pool, read once."""
     from rlyard.envs.webdev import generate
 
-    for spec in generate.specs(split, 2000, seed, eval_percent):
-        if generate.spec_id(spec) == task_id:
-            return generate.reference_folder(spec) / "reference.png"
-    return None
+    specs = generate.specs("eval", generate.POOL_SIZE, seed, eval_percent)
+    return {generate.spec_id(spec): generate.reference_folder(spec) / "reference.png" for spec in specs}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,9 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     columns = 1 + len(runs)
     sheet = Image.new("RGB", (columns * (WIDTH + 8), len(tasks) * (HEIGHT + LABEL + 8)), "white")
     draw = ImageDraw.Draw(sheet)
+    references = reference_pngs(args.seed, args.eval_percent)
     for r, task in enumerate(tasks):
         y = r * (HEIGHT + LABEL + 8)
-        cells = [(f"{task} reference (stored, gray)", reference_png(task, "eval", args.seed, args.eval_percent))]
+        cells = [(f"{task} reference (stored, gray)", references.get(task))]
         for name, run in zip(names, runs):
             row = run[task]
             shot = (row.get("info") or {}).get("screenshot")
