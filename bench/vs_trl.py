@@ -16,6 +16,12 @@ GRPO advantages over the group std, micro-batches of 8 completions, one optimize
 batch, same seed and thread count. TRL's gradient checkpointing (its default) is off, since
 it only trades speed for memory; --trl-gradient-checkpointing turns it on.
 
+Precision (--precision, the same for both sides): float32 (the default) everywhere, or `auto`:
+bf16 exactly where the CPU has native bf16 (AMX, AVX512-BF16), float32 elsewhere. Under auto
+TRL trains with `bf16=True` (transformers' autocast) and samples with the same model; rlyard
+runs `model.autocast=auto` (the learner's matmuls) and `rollout.dtype=auto` (the engine's own
+bf16 copy of the weights).
+
 Timing: a step is the wall clock from sampling to the optimizer step (TRL: a TrainerCallback
 around each optimizer step; rlyard: its `time/step` metric). Generation time is TRL's
 `_generate_single_turn` (the `transformers.generate` call) and rlyard's `time/generate`;
@@ -80,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                             "(seeds change sampling and the LoRA init, not the prompts)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads for both")
     parser.add_argument("--trl-gradient-checkpointing", action="store_true", help="TRL's default; off for a speed comparison")
+    parser.add_argument("--precision", choices=["float32", "auto"], default="float32",
+                        help="both sides: float32, or auto = bf16 where the CPU has native bf16 (default float32)")
     parser.add_argument("--only", choices=["trl", "rlyard"], help="run one side only (for debugging)")
     parser.add_argument("--rlyard-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for rlyard's side only, e.g. rollout.quantize=int8 (default: none)")
@@ -102,9 +110,11 @@ def run_config(args, run_dir: Path) -> RunConfig:
     rollout.quantize=int8; the comparison then differs in that setting, which the JSON records)."""
     return RunConfig.model_validate(apply_overrides({
         "name": "vs_trl",
-        "model": {"name": args.model, "lora": {"rank": args.lora_rank, "alpha": args.lora_alpha}},
+        "model": {"name": args.model, "lora": {"rank": args.lora_rank, "alpha": args.lora_alpha},
+                  "autocast": "auto" if args.precision == "auto" else "none"},
         "env": {"name": "arith", "options": ARITH_OPTIONS},
         "rollout": {"prompts_per_step": args.prompts, "n": args.n, "temperature": args.temperature,
+                    "dtype": "auto" if args.precision == "auto" else None,
                     "max_new_tokens": args.max_new_tokens, "truncated_reward": args.truncated_reward},
         "algo": {"name": "grpo", "lr": args.lr},
         "train": {"steps": args.steps, "seed": args.seed, "threads": args.threads, "micro_batch_size": args.micro_batch},
@@ -122,20 +132,28 @@ def held_out_accuracy(model, tokenizer, family, args) -> float | None:
 
 
 def grpo_config(output_dir: str, seed: int, steps: int, micro_batch: int, episodes: int, n: int, temperature: float,
-                lr: float, gradient_checkpointing: bool = False, **extra):
+                lr: float, gradient_checkpointing: bool = False, bf16: bool = False, **extra):
     """TRL's GRPOConfig as both TRL benches run it: one optimizer step per `episodes` completions in
     micro-batches, constant lr, AdamW without weight decay, clip 1.0, no KL, PPO-clip 0.2 with
-    token-mean loss ("dapo"), group-std advantages, prompts in the given order, CPU, float32."""
+    token-mean loss ("dapo"), group-std advantages, prompts in the given order, CPU, float32
+    unless `bf16` (transformers' CPU autocast)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=output_dir, use_cpu=True, bf16=False, seed=seed, max_steps=steps, per_device_train_batch_size=micro_batch,
+        output_dir=output_dir, use_cpu=True, bf16=bf16, seed=seed, max_steps=steps, per_device_train_batch_size=micro_batch,
         gradient_accumulation_steps=episodes // micro_batch, num_generations=n, temperature=temperature,
         learning_rate=lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
         beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1,
         shuffle_dataset=False, gradient_checkpointing=gradient_checkpointing,
         logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, **extra,
     )
+
+
+def trl_bf16(args) -> bool:
+    """--precision auto gives TRL bf16 exactly where rlyard's auto would pick it (native bf16)."""
+    from rlyard.models.loading import native_bf16
+
+    return getattr(args, "precision", "float32") == "auto" and native_bf16("cpu")[0]
 
 
 def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
@@ -160,7 +178,7 @@ def trl_setup(args, family, tokenizer, tasks, on_rewards=None) -> dict:
         return rewards
 
     config = grpo_config(tempfile.mkdtemp(prefix="vs_trl-"), args.seed, args.steps, args.micro_batch, args.prompts * args.n,
-                         args.n, args.temperature, args.lr, args.trl_gradient_checkpointing,
+                         args.n, args.temperature, args.lr, args.trl_gradient_checkpointing, trl_bf16(args),
                          max_completion_length=args.max_new_tokens)
     dataset = Dataset.from_list([{"prompt": task.prompt, "task_index": i} for i, task in enumerate(tasks)])
     lora = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
@@ -344,7 +362,7 @@ def passthrough(args) -> list[str]:
     """The command-line settings of this run, for the per-seed child processes."""
     flags = []
     for name in ("model", "steps", "prompts", "n", "max_new_tokens", "lr", "temperature", "lora_rank", "lora_alpha",
-                 "micro_batch", "truncated_reward", "eval_size", "threshold", "window", "threads"):
+                 "micro_batch", "truncated_reward", "eval_size", "threshold", "window", "threads", "precision"):
         flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     flags += ["--trl-gradient-checkpointing"] * args.trl_gradient_checkpointing + (["--only", args.only] if args.only else [])
     flags += ["--rlyard-set", *args.rlyard_set] if args.rlyard_set else []

@@ -208,6 +208,25 @@ def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache)
                     assert column in thought and f"r['{column}']" in command, (task.id, column, replies[1])
 
 
+def test_every_episode_opens_with_the_task_line_of_its_kind(cache):
+    """The first reply of every oracle episode names the operation and the values the question
+    names (`Task: count the rows with status paid.`), one fixed sentence per kind whose verb is
+    that kind's alone, and never the answer."""
+    tasks = generated("eval", 98, eval_percent=100, tool_format="bash_block")
+    openings = {}
+    for task in tasks:
+        plan = plan_of(task)
+        first = oracle(task, random.Random(task.id))[0]
+        assert first.startswith("Task: "), (task.id, first)
+        line = first.split("\n")[0]
+        for value in ({k: v for k, v in plan["params"].items() if k not in ("person_id",) and not (k in ("first", "second") and plan["notes"])}.values()):
+            assert str(value) in line, (task.id, value, line)
+        assert printed(plan) not in line.replace(str(plan["params"].get("id", "-")), ""), (task.id, line)
+        openings.setdefault(plan["question"], set()).add(line.split()[1])
+    assert len(openings) == 7 and all(len(verbs) == 1 for verbs in openings.values()), openings
+    assert len({next(iter(verbs)) for verbs in openings.values()}) == 7, openings
+
+
 def test_over_files_the_oracles_program_prints_the_answer_as_written(cache):
     """Every question kind over CSV and JSON: a line of a python3 program's output is the whole
     answer exactly as the oracle's answer then writes it (round(x, 2), the top-k names in order,

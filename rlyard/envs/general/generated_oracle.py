@@ -141,7 +141,28 @@ def oracle(task: Task, rng: random.Random) -> list[str]:
     else:
         compute(w, rng, plan)
     answer(w, rng, plan)
+    first = w.out[0]
+    w.out[0] = f"{task_line(plan)}\n{first}" if first.startswith(("```", "<tool_call>")) else f"{task_line(plan)} {first}"
     return w.out
+
+
+def task_line(plan: dict) -> str:
+    """The question's operation and the values it names, in one fixed sentence per kind whose verb
+    names the kind, first in every episode: the SFT policy wrote the `total` program for count, top-k, month and join
+    questions alike (3c80ad3, held-out); the answer line's label in the prompt tells the kind, and
+    this line makes the choice a short step the model copies before the program that follows it."""
+    p, group, question = plan["params"], plan["roles"].get("group"), plan["question"]
+    if question == "difference" and plan["notes"]:
+        return f"Task: subtract the total of the second {group} in notes.md from that of the first."
+    return {
+        "lookup": "Task: look up the amount of {id}.",
+        "count": "Task: count the rows with {group} {value}.",
+        "total": "Task: sum the rows with {group} {value}.",
+        "top": "Task: list the {k} largest, by name.",
+        "month": "Task: find the month with the largest total.",
+        "difference": "Task: subtract the total of {group} {second} from that of {group} {first}.",
+        "join": "Task: join the id of {person} to its rows, then their total.",
+    }[question].format_map({**p, "group": group, "value": p.get("group")})
 
 
 def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
