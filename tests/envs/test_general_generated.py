@@ -18,7 +18,7 @@ import yaml
 from rlyard.envs.general.env import GeneralEnv
 from rlyard.envs.general.generate import HELD_OUT, PER_PAIR, STORAGES, parameters, split_of_pair, check_options
 from rlyard.envs.general.generated_data import DOMAINS
-from rlyard.envs.general.generated_oracle import oracle, plan_of, printed
+from rlyard.envs.general.generated_oracle import doing, oracle, plan_of, printed
 from rlyard.envs.general.generated_questions import QUESTIONS
 from rlyard.envs.general.tasks import make_tasks
 from rlyard.envs.general.validate import check_task, graded_in
@@ -211,13 +211,20 @@ def test_over_files_the_oracle_looks_first_and_names_the_columns_it_reads(cache)
 def test_every_episode_opens_with_the_task_line_of_its_kind(cache):
     """The first reply of every oracle episode names the operation and the values the question
     names (`Task: count the rows with status paid.`), one fixed sentence per kind whose verb is
-    that kind's alone, and never the answer."""
+    that kind's alone, and never the answer; the same verb (`Counting the rows with status paid:`)
+    ends the thought of the reply that runs the kind's program or task tool."""
     tasks = generated("eval", 98, eval_percent=100, tool_format="bash_block")
     openings = {}
     for task in tasks:
         plan = plan_of(task)
-        first = oracle(task, random.Random(task.id))[0]
+        replies = oracle(task, random.Random(task.id))
+        first = replies[0]
         assert first.startswith("Task: "), (task.id, first)
+        tools = plan["needed"] if plan["storage"] == "sql" else []
+        computing = next(r for r in replies if "rows = " in r or any(f"\n{t}" in r for t in tools))  # not the look
+        ends = [f"{doing(plan)}:", f"{doing(plan)}: first the id of {plan['params'].get('person')}."]
+        ends += [f"{doing(plan)} with {tools[0]}."] if tools else []
+        assert computing.split("```")[0].rstrip().endswith(tuple(ends)), (task.id, computing)
         line = first.split("\n")[0]
         for value in ({k: v for k, v in plan["params"].items() if k not in ("person_id",) and not (k in ("first", "second") and plan["notes"])}.values()):
             assert str(value) in line, (task.id, value, line)

@@ -19,13 +19,17 @@ from rlyard.agent.replies import bash_reply, hermes_reply, say, shell_quote
 from rlyard.types import Task
 
 LOOK = ["Let me look at the data first.", "First, the columns of {file}.", "I'll read {file}.", "The first rows of {file}:"]
-COMPUTE = ["Now I compute the answer from {file}.", "I'll let a command do the arithmetic.", "Computing it:", ""]
+# the task line's verb again, right before the command or tool call that does it (see doing())
+DOING = {"lookup": "Looking up {id}", "count": "Counting the rows with {group} {value}",
+         "total": "Summing the rows with {group} {value}", "top": "Listing the {k} largest",
+         "month": "Finding the month with the largest total",
+         "difference": "Subtracting the total of {group} {second} from that of {group} {first}",
+         "join": "Joining {person} to its rows"}
 # the columns each question reads, named before the command that reads them (from the header just seen)
 READS = {"lookup": ("key", "amount"), "count": ("group",), "total": ("group", "amount"), "top": ("label", "amount"),
          "month": ("date", "amount"), "difference": ("group", "amount"), "join": ("ref", "amount")}
 ROLE_WORDS = {"key": "the id", "amount": "the amount", "group": "the group", "label": "the name", "date": "the date",
               "ref": "the person's id"}
-TOOL = ["I'll ask the task tool {tool}.", "The tool {tool} answers this.", "Querying {tool}.", ""]
 ANSWER = ["", "That gives the answer.", "Done.", "Here is the answer."]
 CLOSE = ["done", "Done: report.json written.", "I wrote report.json.", "done."]
 
@@ -146,6 +150,15 @@ def oracle(task: Task, rng: random.Random) -> list[str]:
     return w.out
 
 
+def doing(plan: dict) -> str:
+    """The kind's verb in front of the program or tool call that does it. With the task line alone
+    (5f97481) the SFT policy named the kind right on 58 of 60 held-out tasks and still wrote the
+    sum-where program (the shape of four kinds of seven) for count, top-k and month questions, and
+    called the wrong task tool; the verb next to the command is what that command follows from."""
+    p = plan["params"]
+    return DOING[plan["question"]].format_map({**p, "group": plan["roles"].get("group"), "value": p.get("group")})
+
+
 def task_line(plan: dict) -> str:
     """The question's operation and the values it names, in one fixed sentence per kind whose verb
     names the kind, first in every episode: the SFT policy wrote the `total` program for count, top-k, month and join
@@ -168,7 +181,7 @@ def task_line(plan: dict) -> str:
 def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
     params, needed, roles = plan["params"], plan["needed"], plan["roles"]
     first = needed[0]
-    thought = say(rng, TOOL, tool=first)
+    thought = f"{doing(plan)} with {first}."
     question = plan["question"]
     if question == "lookup":
         w.tool(thought, first, {roles["key"]: params["id"]})
@@ -202,7 +215,7 @@ def compute(w: Replies, rng: random.Random, plan: dict) -> None:
         command = rng.choice([f"head -n {len(plan['columns']) + 2} {c.file}",
                               f"python3 -c \"import json; print(json.load(open('{c.file}'))[0])\""])
     w.tool(say(rng, LOOK, file=c.file), "read_file", {"path": c.file}, command)
-    thought = " ".join(filter(None, [columns_said(rng, plan), say(rng, COMPUTE, file=c.file)]))
+    thought = f"{columns_said(rng, plan)} {doing(plan)}:"
     if question == "lookup":
         w.bash(thought, c.lookup(params["id"]))
     elif question == "count":
@@ -216,8 +229,7 @@ def compute(w: Replies, rng: random.Random, plan: dict) -> None:
     elif question == "difference":
         w.bash(thought, c.difference(params["first"], params["second"]))
     elif question == "join":
-        w.bash(say(rng, ["First the id of {name}.", "Which id does {name} have?", ""], name=params["person"]),
-               c.person(params["person"]))
+        w.bash(f"{doing(plan)}: first the id of {params['person']}.", c.person(params["person"]))
         w.bash(say(rng, ["{name} is {id}. Now the total of {id}.", "Summing the rows of {id}:", ""], name=params["person"],
                    id=params["person_id"]), c.total("ref", params["person_id"]))
 
