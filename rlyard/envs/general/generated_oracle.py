@@ -1,10 +1,11 @@
 """The oracle of generated general tasks: it answers through the episode's tools, varied by a seeded RNG.
 
 It reads the task's plan (verifier/plan.json: the schema's roles, the question's parameters, the
-answer) and writes the replies an analyst would send: look at the data file first and name the
-columns the question reads, compute the answer with a python3 -c program that really computes it
-from the files (one per question kind, reading columns by name) or call the task's SQL tools (as
-tool calls, or as commands under bash_block), then answer: a reply with the answer line,
+answer) and writes the replies an analyst would send: a task line naming the question's kind by
+its verb (`Task: count the rows with status paid.`), look at the data file first and name the
+columns the question reads, say the verb again and compute the answer with a python3 -c program
+that really computes it from the files (one per question kind, reading columns by name) or call
+the task's SQL tools (as tool calls, or as commands under bash_block), then answer: a reply with the answer line,
 `submit`, or answer.md / report.json written with a tool and a closing reply. Which look, which
 order and which words are drawn from `rng`; every program prints the answer (a join's first one
 the person's id), and tests run them to check that it does.
@@ -161,9 +162,9 @@ def doing(plan: dict) -> str:
 
 def task_line(plan: dict) -> str:
     """The question's operation and the values it names, in one fixed sentence per kind whose verb
-    names the kind, first in every episode: the SFT policy wrote the `total` program for count, top-k, month and join
-    questions alike (3c80ad3, held-out); the answer line's label in the prompt tells the kind, and
-    this line makes the choice a short step the model copies before the program that follows it."""
+    names the kind, first in every episode: the SFT policy wrote the `total` program for count,
+    top-k, month and join questions alike (3c80ad3, held-out); the answer line's label in the
+    prompt tells the kind, and this line makes the choice a short step the model copies."""
     p, group, question = plan["params"], plan["roles"].get("group"), plan["question"]
     if question == "difference" and plan["notes"]:
         return f"Task: subtract the total of the second {group} in notes.md from that of the first."
