@@ -150,7 +150,8 @@ def grpo_config(output_dir: str, seed: int, steps: int, micro_batch: int, episod
 
 
 def trl_bf16(args) -> bool:
-    """--precision auto gives TRL bf16 exactly where rlyard's auto would pick it (native bf16)."""
+    """--precision auto gives TRL bf16 exactly where rlyard's auto would pick it (native bf16);
+    float32 for callers whose settings have no --precision (bench/trl_replay.py)."""
     from rlyard.models.loading import native_bf16
 
     return getattr(args, "precision", "float32") == "auto" and native_bf16("cpu")[0]

@@ -5,8 +5,8 @@ answer) and writes the replies an analyst would send: a task line naming the que
 its verb (`Task: count the rows with status paid.`), look at the data file first and name the
 columns the question reads, say the verb again and compute the answer with a python3 -c program
 that really computes it from the files (one per question kind, reading columns by name) or call
-the task's SQL tools (as tool calls, or as commands under bash_block), then answer: a reply with the answer line,
-`submit`, or answer.md / report.json written with a tool and a closing reply. Which look, which
+the task's SQL tools (as tool calls, or as commands under bash_block), then answer: a reply with
+the answer line, `submit`, or answer.md / report.json written with a tool and a closing reply. Which look, which
 order and which words are drawn from `rng`; every program prints the answer (a join's first one
 the person's id), and tests run them to check that it does.
 """
@@ -20,6 +20,13 @@ from rlyard.agent.replies import bash_reply, hermes_reply, say, shell_quote
 from rlyard.types import Task
 
 LOOK = ["Let me look at the data first.", "First, the columns of {file}.", "I'll read {file}.", "The first rows of {file}:"]
+# the first line of every episode, one sentence a kind whose verb is that kind's alone (see task_line())
+TASK_LINES = {"lookup": "Task: look up the amount of {id}.", "count": "Task: count the rows with {group} {value}.",
+              "total": "Task: sum the rows with {group} {value}.", "top": "Task: list the {k} largest, by name.",
+              "month": "Task: find the month with the largest total.",
+              "difference": "Task: subtract the total of {group} {second} from that of {group} {first}.",
+              "difference_notes": "Task: subtract the total of the second {group} in notes.md from that of the first.",
+              "join": "Task: join the id of {person} to its rows, then their total."}
 # the task line's verb again, right before the command or tool call that does it (see doing())
 DOING = {"lookup": "Looking up {id}", "count": "Counting the rows with {group} {value}",
          "total": "Summing the rows with {group} {value}", "top": "Listing the {k} largest",
@@ -146,8 +153,8 @@ def oracle(task: Task, rng: random.Random) -> list[str]:
     else:
         compute(w, rng, plan)
     answer(w, rng, plan)
-    first = w.out[0]
-    w.out[0] = f"{task_line(plan)}\n{first}" if first.startswith(("```", "<tool_call>")) else f"{task_line(plan)} {first}"
+    line, first = task_line(plan), w.out[0]
+    w.out[0] = f"{line}\n{first}" if first.startswith(("```", "<tool_call>")) else f"{line} {first}"
     return w.out
 
 
@@ -156,8 +163,7 @@ def doing(plan: dict) -> str:
     (5f97481) the SFT policy named the kind right on 58 of 60 held-out tasks and still wrote the
     sum-where program (the shape of four kinds of seven) for count, top-k and month questions, and
     called the wrong task tool; the verb next to the command is what that command follows from."""
-    p = plan["params"]
-    return DOING[plan["question"]].format_map({**p, "group": plan["roles"].get("group"), "value": p.get("group")})
+    return filled(DOING[plan["question"]], plan)
 
 
 def task_line(plan: dict) -> str:
@@ -165,18 +171,14 @@ def task_line(plan: dict) -> str:
     names the kind, first in every episode: the SFT policy wrote the `total` program for count,
     top-k, month and join questions alike (3c80ad3, held-out); the answer line's label in the
     prompt tells the kind, and this line makes the choice a short step the model copies."""
-    p, group, question = plan["params"], plan["roles"].get("group"), plan["question"]
-    if question == "difference" and plan["notes"]:
-        return f"Task: subtract the total of the second {group} in notes.md from that of the first."
-    return {
-        "lookup": "Task: look up the amount of {id}.",
-        "count": "Task: count the rows with {group} {value}.",
-        "total": "Task: sum the rows with {group} {value}.",
-        "top": "Task: list the {k} largest, by name.",
-        "month": "Task: find the month with the largest total.",
-        "difference": "Task: subtract the total of {group} {second} from that of {group} {first}.",
-        "join": "Task: join the id of {person} to its rows, then their total.",
-    }[question].format_map({**p, "group": group, "value": p.get("group")})
+    notes = plan["question"] == "difference" and plan["notes"]  # the two groups are only in notes.md
+    return filled(TASK_LINES["difference_notes" if notes else plan["question"]], plan)
+
+
+def filled(sentence: str, plan: dict) -> str:
+    """A kind's sentence with the question's values: its parameters, the group column and value."""
+    params = plan["params"]
+    return sentence.format_map({**params, "group": plan["roles"].get("group"), "value": params.get("group")})
 
 
 def ask_tools(w: Replies, rng: random.Random, plan: dict) -> None:
