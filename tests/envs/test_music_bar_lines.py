@@ -21,9 +21,12 @@ BAR = re.compile(r"\|\]|\|")
 
 
 def split(tune: str) -> tuple[list[str], list[str]]:
+    """Header and body; a music line's end-of-line comment (the oracle's `% 3 of 8`) is dropped,
+    since joining lines would otherwise comment out the rest of the stream."""
     lines = tune.splitlines()
     k = next(i for i, line in enumerate(lines) if line.startswith("K:"))
-    return lines[: k + 1], lines[k + 1:]
+    body = [line if line.startswith("%") else re.sub(r"\s*%.*", "", line) for line in lines[k + 1:]]
+    return lines[: k + 1], body
 
 
 def unbarred(tune: str) -> str:  # one stream, only the final |]

@@ -34,12 +34,13 @@ from rlyard.types import Task
 
 TRIES = 40  # candidates per tune; the first that clears GOOD is written, else the best
 GOOD = 0.8  # estimated quality (before constraints and novelty) that stops the search
+VARIED = 0.95  # variety under this counts three times over in the estimate
 LETTERS = "CDEFGAB"
 TITLE_WORDS = (("The",), ("Merry", "Lonely", "Green", "Old", "Silver", "Windy", "Rocky", "Quiet", "Golden", "Dusty"),
                ("Road", "Harbour", "Meadow", "Piper", "Miller", "Lark", "Bridge", "Orchard", "Ferry", "Hill"))
 # beat cells in eighth notes: simple meters (a quarter beat), compound meters (a dotted-quarter beat)
-SIMPLE_CELLS = (((1, 1), 6), ((2,), 2), ((1.5, 0.5), 2), ((0.5, 0.5, 1), 1))
-COMPOUND_CELLS = (((1, 1, 1), 6), ((2, 1), 3), ((3,), 1), ((1.5, 0.5, 1), 1))
+SIMPLE_CELLS = (((1, 1), 6), ((2,), 2))
+COMPOUND_CELLS = (((1, 1, 1), 6), ((2, 1), 3), ((3,), 1))
 CHORDS = {"I": (0, 2, 4), "ii": (1, 3, 5), "IV": (3, 5, 0), "V": (4, 6, 1), "vi": (5, 0, 2)}
 PROGRESSIONS = {6: (("I", "IV", "V", "I", "ii", "V"), ("I", "vi", "IV", "I", "IV", "V"), ("I", "V", "vi", "I", "IV", "V")),
                 8: (("I", "IV", "V", "I", "I", "vi", "ii", "V"), ("I", "vi", "IV", "V", "I", "IV", "ii", "V"),
@@ -234,7 +235,8 @@ def estimate(plan: Plan, scale: Scale, melody: list, bass: list) -> float:
     variety, _ = variety_score(variety_features(notes, 0.0, bar), stats)
     share, run = copied(notes, bar)
     fresh = 1.0 if share <= 0.4 and run <= 3.0 else 0.0
-    return (BAND_WEIGHT * band + HISTOGRAM_WEIGHT * histogram) * variety * fresh
+    # plain rhythms repeat a bar's rhythm often: a tune short of full variety is not good enough
+    return (BAND_WEIGHT * band + HISTOGRAM_WEIGHT * histogram) * variety ** (1 if variety >= VARIED else 3) * fresh
 
 
 def write_abc(plan: Plan, scale: Scale, melody: list, bass: list, number: int = 1) -> str:
@@ -245,22 +247,27 @@ def write_abc(plan: Plan, scale: Scale, melody: list, bass: list, number: int = 
         lines.append(f"Q:{plan.tempo[0]}={plan.tempo[1]}")
     lines.append(f"K:{key}")
     program = [f"%%MIDI program {plan.program}"] if plan.program is not None else []
+    beat = beats_of(parse_meter(plan.meter))[1]
     if plan.voices == 2:
-        lines += ["V:1", *program, *_body(scale, melody), "V:2", *_body(scale, bass)]
+        lines += ["V:1", *program, *_body(scale, melody, beat), "V:2", *_body(scale, bass, beat)]
     else:
-        lines += [*program, *_body(scale, melody)]
+        lines += [*program, *_body(scale, melody, beat)]
     return "\n".join(lines)
 
 
-def _body(scale: Scale, bars: list[tuple[list[float], list[int]]]) -> list[str]:
-    written = []
-    for rhythm, degrees in bars:
-        written.append("".join(scale.name(d) + _length(x) for x, d in zip(rhythm, degrees)))
+def _body(scale: Scale, bars: list[tuple[list[float], list[int]]], beat: float) -> list[str]:
+    """One bar a line, a space after every beat, and the bar's number as a comment: the count of
+    beats and of bars is then something to copy, not to add up (`AB c2 de| % 3 of 8`)."""
     lines = []
-    for start in range(0, len(written), 4):
-        chunk = written[start:start + 4]
-        end = "|]" if start + 4 >= len(written) else "|"
-        lines.append("|".join(chunk) + end)
+    for number, (rhythm, degrees) in enumerate(bars, 1):
+        groups, text, elapsed = [], "", 0.0
+        for x, d in zip(rhythm, degrees):
+            text, elapsed = text + scale.name(d) + _length(x), elapsed + x
+            if abs(elapsed / beat - round(elapsed / beat)) < 1e-9:
+                groups.append(text)
+                text = ""
+        end = "|]" if number == len(bars) else "|"
+        lines.append(" ".join(groups + ([text] if text else [])) + f"{end} % {number} of {len(bars)}")
     return lines
 
 
