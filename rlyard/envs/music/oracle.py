@@ -39,8 +39,9 @@ LETTERS = "CDEFGAB"
 TITLE_WORDS = (("The",), ("Merry", "Lonely", "Green", "Old", "Silver", "Windy", "Rocky", "Quiet", "Golden", "Dusty"),
                ("Road", "Harbour", "Meadow", "Piper", "Miller", "Lark", "Bridge", "Orchard", "Ferry", "Hill"))
 # beat cells in eighth notes: simple meters (a quarter beat), compound meters (a dotted-quarter beat)
-SIMPLE_CELLS = (((1, 1), 6), ((2,), 2))
-COMPOUND_CELLS = (((1, 1, 1), 6), ((2, 1), 3), ((3,), 1))
+CELLS = {2.0: (((1, 1), 6), ((2,), 2)),                                  # a quarter beat
+         3.0: (((1, 1, 1), 6), ((2, 1), 3), ((3,), 1)),                   # a dotted quarter (6/8, 9/8)
+         4.0: (((1, 1, 1, 1), 4), ((2, 1, 1), 2), ((1, 1, 2), 2), ((2, 2), 2), ((4,), 1))}  # a half (2/2)
 CHORDS = {"I": (0, 2, 4), "ii": (1, 3, 5), "IV": (3, 5, 0), "V": (4, 6, 1), "vi": (5, 0, 2)}
 PROGRESSIONS = {6: (("I", "IV", "V", "I", "ii", "V"), ("I", "vi", "IV", "I", "IV", "V"), ("I", "V", "vi", "I", "IV", "V")),
                 8: (("I", "IV", "V", "I", "I", "vi", "ii", "V"), ("I", "vi", "IV", "V", "I", "IV", "ii", "V"),
@@ -100,19 +101,19 @@ class Scale:
 
 
 def beats_of(meter: tuple[int, int]) -> tuple[int, float, bool]:
-    """(beats per bar, eighths per beat, compound?) of the meters the generator asks for."""
+    """(beats per bar, eighths per beat, compound?) of the meters the generator asks for. A simple
+    meter has its numerator's count of beats (2/2: two half notes), a compound one a third of it."""
     numerator, denominator = meter
     if denominator == 8 and numerator % 3 == 0:
         return numerator // 3, 3.0, True
-    eighths = numerator * 8 / denominator
-    return int(eighths // 2), 2.0, False  # 2/2 is read as four quarter beats: cells stay on the beat
+    return numerator, 8 / denominator, False
 
 
 def bar_rhythm(meter: tuple[int, int], rng: random.Random, last: bool) -> list[float]:
-    beats, size, compound = beats_of(meter)
-    cells = COMPOUND_CELLS if compound else SIMPLE_CELLS
+    beats, size, _ = beats_of(meter)
+    cells = CELLS[size]
     rhythm: list[float] = []
-    held = 1 if compound or beats <= 3 else 2  # the final tonic lasts the last beat (two in 4/4 and 2/2)
+    held = 2 if beats == 4 else 1  # the final tonic lasts the last beat (two in 4/4)
     for beat in range(beats - held if last else beats):
         rhythm += rng.choices([c for c, _ in cells], [w for _, w in cells])[0]
     if last:
@@ -188,7 +189,7 @@ def bass_bar(meter: tuple[int, int], chord: tuple[int, ...], scale: Scale, plan:
     degrees: list[int] = []
     for beat in range(beats):
         split = size == 2 and not last and rng.random() < 0.5
-        parts = [1.0, 1.0] if split else ([2.0, 1.0] if size == 3 and rng.random() < 0.5 else [size])
+        parts = [1.0, 1.0] if split else ([2.0, size - 2.0] if size > 2 and rng.random() < 0.5 else [size])
         for part in parts:
             rhythm.append(part)
             degrees.append(rng.choice(root) if beat == 0 or last else rng.choice(tones))
@@ -247,17 +248,18 @@ def write_abc(plan: Plan, scale: Scale, melody: list, bass: list, number: int = 
         lines.append(f"Q:{plan.tempo[0]}={plan.tempo[1]}")
     lines.append(f"K:{key}")
     program = [f"%%MIDI program {plan.program}"] if plan.program is not None else []
-    beat = beats_of(parse_meter(plan.meter))[1]
+    beats, beat, _ = beats_of(parse_meter(plan.meter))
     if plan.voices == 2:
-        lines += ["V:1", *program, *_body(scale, melody, beat), "V:2", *_body(scale, bass, beat)]
+        lines += ["V:1", *program, *_body(scale, melody, beat, beats), "V:2", *_body(scale, bass, beat, beats)]
     else:
-        lines += [*program, *_body(scale, melody, beat)]
+        lines += [*program, *_body(scale, melody, beat, beats)]
     return "\n".join(lines)
 
 
-def _body(scale: Scale, bars: list[tuple[list[float], list[int]]], beat: float) -> list[str]:
-    """One bar a line, a space after every beat, and the bar's number as a comment: the count of
-    beats and of bars is then something to copy, not to add up (`AB c2 de| % 3 of 8`)."""
+def _body(scale: Scale, bars: list[tuple[list[float], list[int]]], beat: float, beats: int) -> list[str]:
+    """A comment with the count of beats (the meter's numerator, a third of it in 6/8 and 9/8) and
+    bars, then one bar a line, a space after every beat, and the bar's number as a comment: the
+    counts are then something to copy, not to add up (`% 3 beats a bar, 8 bars`, `AB c2 de| % 3 of 8`)."""
     lines = []
     for number, (rhythm, degrees) in enumerate(bars, 1):
         groups, text, elapsed = [], "", 0.0
@@ -268,7 +270,7 @@ def _body(scale: Scale, bars: list[tuple[list[float], list[int]]], beat: float) 
                 text = ""
         end = "|]" if number == len(bars) else "|"
         lines.append(" ".join(groups + ([text] if text else [])) + f"{end} % {number} of {len(bars)}")
-    return lines
+    return [f"% {beats} beats a bar, {len(bars)} bars", *lines]
 
 
 def _length(eighths: float) -> str:
