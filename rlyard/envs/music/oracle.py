@@ -106,17 +106,17 @@ class Scale:
         return LETTERS[letter] + "," * (4 - octave)
 
 
-def beats_of(meter: tuple[int, int]) -> tuple[int, float, bool]:
-    """(beats per bar, eighths per beat, compound?) of the meters the generator asks for. A simple
+def beats_of(meter: tuple[int, int]) -> tuple[int, float]:
+    """(beats per bar, eighths per beat) of the meters the generator asks for. A simple
     meter has its numerator's count of beats (2/2: two half notes), a compound one a third of it."""
     numerator, denominator = meter
     if denominator == 8 and numerator % 3 == 0:
-        return numerator // 3, 3.0, True
-    return numerator, 8 / denominator, False
+        return numerator // 3, 3.0
+    return numerator, 8 / denominator
 
 
 def bar_rhythm(meter: tuple[int, int], rng: random.Random, last: bool) -> list[float]:
-    beats, size, _ = beats_of(meter)
+    beats, size = beats_of(meter)
     cells = CELLS[size]
     rhythm: list[float] = []
     held = 2 if beats == 4 else 1  # the final tonic lasts the last beat (two in 4/4)
@@ -187,7 +187,7 @@ def compose_notes(plan: Plan, rng: random.Random) -> tuple[Scale, list[tuple[lis
 def bass_bar(meter: tuple[int, int], chord: tuple[int, ...], scale: Scale, plan: Plan, window: tuple[int, int],
              rng: random.Random, last: bool) -> tuple[list[float], list[int]]:
     """Chord tones below the melody: root, fifth, third on the beats (quarters, or two eighths)."""
-    beats, size, _ = beats_of(meter)
+    beats, size = beats_of(meter)
     tones = [d for d in range(window[0] - 7, window[0] + 2) if d % 7 in chord and plan.low <= scale.pitch(d) <= plan.high]
     tones = tones or [window[0]]
     root = [d for d in tones if d % 7 == chord[0]] or tones
@@ -254,7 +254,7 @@ def write_abc(plan: Plan, scale: Scale, melody: list, bass: list, number: int = 
         lines.append(f"Q:{plan.tempo[0]}={plan.tempo[1]}")
     lines.append(f"K:{key}")
     program = [f"%%MIDI program {plan.program}"] if plan.program is not None else []
-    beats, beat, _ = beats_of(parse_meter(plan.meter))
+    beats, beat = beats_of(parse_meter(plan.meter))
     if plan.voices == 2:
         lines += ["V:1", *program, *_body(scale, melody, beat, beats), "V:2", *_body(scale, bass, beat, beats)]
     else:
