@@ -99,7 +99,7 @@ def test_the_oracle_fixes_through_bash_blocks_and_varies_its_plan():
     assert {"cat", "grep"} <= first and edits == {"sed", "python3"}, (first, edits)
     family = get_family("code")
     picked = [next(t for t, r in zip(tasks, plans) if "sed -i" in "".join(r)),
-              next(t for t, r in zip(tasks, plans) if "old = '''" in "".join(r))]
+              next(t for t, r in zip(tasks, plans) if "sed -i" not in "".join(r) and "\\n" in "".join(r))]
     for task in picked:
         replies = generated_oracle(task, random.Random(task.id))
         messages, reward = play(family, task, replies)
@@ -127,26 +127,3 @@ def test_the_oracle_names_the_function_and_quotes_its_wrong_line_before_every_ed
         thought = edit.split("```", 1)[0]
         first_line = next(line.strip() for line in found[0].splitlines() if line.strip())
         assert g["function"] in thought and f"`{first_line}`" in thought, (thought, first_line)
-
-
-def test_a_missing_case_is_added_as_code_after_the_issue_is_restated():
-    """The thought of a guard names the issue's call, its wanted result and the lines to add; the
-    edit writes those lines as they stand in the file (a policy taught "adding a guard" without
-    them never added one: docs/code.md); played through the grader it scores 1."""
-    guards = [t for t in make_tasks("train", 120, 7, **BASH_BLOCK) if t.payload["generated"]["kind"] == "edge_case"]
-    played = []
-    for task in guards:
-        symptom = task.payload["generated"]["symptom"]
-        assert symptom["call"] in task.payload["problem_statement"] and symptom["want"] in task.payload["problem_statement"]
-        replies = generated_oracle(task, random.Random(task.id))
-        edit = next((r for r in replies if "old = '''" in r), None)
-        if edit is None:
-            continue
-        thought, code = edit.split("```", 1)
-        added = [line[1:].strip() for line in task.payload["patch"].splitlines() if line.startswith("+") and not line.startswith("+++")]
-        assert f"`{symptom['call']}`" in thought and f"`{' '.join(added)}`" in thought, (thought, added)
-        assert all(line in code for line in added) and "\\n" not in code, code
-        played.append(task)
-    assert len(played) >= 3, len(played)
-    messages, reward = play(get_family("code"), played[0], generated_oracle(played[0], random.Random(played[0].id)))
-    assert reward.value == 1.0 and not reward.infra_error, reward

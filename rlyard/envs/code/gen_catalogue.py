@@ -92,14 +92,6 @@ TEMPLATES: tuple[Template, ...] = (
     return sum(1 for word in $s.split() if len(word) >= $m)
 ''', ("'a bb ccc'", "'a bb ccc', 2", "'', 1", "'one two', 3", "'hi there', 5", "'x y zz'", "'i am here'"),
       {"comparison": ("len(word) >= $m", "len(word) > $m"), "constant": ("$m=1", "$m=2")}),
-    T("string.last_chars", ("last_chars", "tail_of", "suffix_of", "ending"), {"s": ("text", "s", "word"), "n": ("n", "count", "k")},
-      '''def $f($s, $n):
-    """The last $n characters of $s ("" when $n is 0 or less)."""
-    if $n <= 0:
-        return ""
-    return $s[-$n:]
-''', ("'hello', 2", "'abc', 0", "'hi', 5", "'xyz', 1", "'', 3", "'ab', 0", "'q', -1"),
-      {"edge_case": ('    if $n <= 0:\n        return ""\n', ""), "comparison": ("$n <= 0", "$n < 0"), "off_by_one": ("$s[-$n:]", "$s[-$n + 1:]")}),
     # ---- list helpers
     T("list.chunk", ("chunk", "chunked", "batches", "split_every"), {"xs": ("items", "values", "xs", "seq"), "n": ("size", "n", "width")},
       '''def $f($xs, $n):
@@ -221,14 +213,6 @@ TEMPLATES: tuple[Template, ...] = (
 ''', ("1, 3", "1, 4", "0, 0", "5, 0", "2, 8", "1, 7"),
       {"edge_case": ("    if $b == 0:\n        return 0.0\n", ""), "constant": ("digits=1", "digits=2"),
        "swapped_args": ("100 * $a / $b", "100 * $b / $a")}),
-    T("number.mean", ("mean", "average", "avg", "mean_of"), {"xs": ("values", "xs", "numbers", "nums")},
-      '''def $f($xs):
-    """The arithmetic mean of $xs; 0.0 for an empty list."""
-    if not $xs:
-        return 0.0
-    return sum($xs) / len($xs)
-''', ("[1, 2, 3]", "[]", "[4]", "[2, 4]", "[-1, 1]"),
-      {"edge_case": ("    if not $xs:\n        return 0.0\n", "")}),
     T("number.sign", ("sign", "signum", "sign_of"), {"x": ("n", "x", "value")},
       '''def $f($x):
     """-1, 0 or 1: the sign of $x."""

@@ -31,13 +31,9 @@ FIND = ["Where is {f} defined?", "Let me find {f}.", "I'll search for the defini
 # another helper, or the right one unchanged.
 FIX = ["{f} uses `{old}`; it should be `{new}`.", "In {f}, `{old}` is wrong. Replacing it with `{new}`.",
        "The bug is in {f}: `{old}`. It should be `{new}`.", "{f} has `{old}`, which gives the result in the issue; fixing it to `{new}`."]
-# A missing case is new code, not an edit of a quoted line: its thought restates the issue's call and
-# names the lines to add (the first 384-demonstration policy, told only "adding a guard", never
-# added one: it rewrote the quoted line with itself), and the edit writes them as code, in
-# triple quotes, rather than as an escaped one-line string.
-GUARD = ["`{call}` {got}, but it should give `{want}`: {f} has no case for it. Adding `{guard}` before `{line}`.",
-         "{f} misses the issue's case: `{call}` should give `{want}`. It needs `{guard}` before `{line}`.",
-         "The issue's call `{call}` reaches `{line}` in {f} and {got}; `{want}` needs `{guard}` first."]
+GUARD = ["{f} is missing the case from the issue before `{line}`; adding it.",
+         "The case from the issue is not handled in {f}: it reaches `{line}`. Adding a guard.",
+         "In {f}, `{line}` runs for the issue's input too; it needs a case before it."]
 CHECK = ["Let me check the call from the issue.", "Checking the example from the issue.", ""]
 DONE = ["", "The fix is in.", "Done."]
 SUMMARY = ["fixed {f} in {path}", "fix {f}", "{f} now returns the expected result", "corrected {f}"]
@@ -72,26 +68,6 @@ def python_replace(path: str, old: str, new: str) -> str:
     return f"python3 - <<'{delimiter}'\n{body}{delimiter}"
 
 
-def python_insert(path: str, old: str, new: str) -> str:
-    """The replacement of whole lines with the texts written as they stand in the file (in
-    triple quotes), or `python_replace` where a triple-quoted string could not hold them."""
-    if "\\" in old + new or "'''" in old + new or old.endswith("'") or new.endswith("'"):
-        return python_replace(path, old, new)
-    body = (f"from pathlib import Path\np = Path({path!r})\nold = '''{old}'''\nnew = '''{new}'''\n"
-            "p.write_text(p.read_text().replace(old, new))\n")
-    delimiter = heredoc_delimiter(body)
-    return f"python3 - <<'{delimiter}'\n{body}{delimiter}"
-
-
-def added_lines(old: str, new: str) -> list[str] | None:
-    """The lines `new` adds to `old` when it only adds some (a missing case), else None."""
-    a, b = old.splitlines(), new.splitlines()
-    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
-    if not ops or any(op[0] != "insert" for op in ops):
-        return None
-    return [line.strip() for op in ops for line in b[op[3]:op[4]]]
-
-
 def sed_replace(path: str, old: str, new: str) -> str | None:
     """`sed -i 's/old/new/' path` when neither text needs escaping (and no quote breaks the shell word)."""
     if not SED_SAFE.fullmatch(old + new):  # no newline, single quote, regex or replacement metacharacter
@@ -119,17 +95,9 @@ def oracle(task: Task, rng: random.Random) -> list[str]:
     else:
         old, new = found
         line = next((text.strip() for text in old.splitlines() if text.strip()), old)
-        guard = added_lines(old, new)
-        if guard:
-            symptom = g["symptom"]
-            got = f"raises `{symptom['got']}`" if symptom["raises"] else f"gives `{symptom['got']}`"
-            thought = say(rng, GUARD, call=symptom["call"], got=got, want=symptom["want"], guard=" ".join(guard),
-                          line=line, **facts)
-            replies.append(bash_reply(thought, python_insert(path, old, new)))
-        else:
-            thought = say(rng, FIX, old=old, new=new, **facts)
-            sed = sed_replace(path, old, new) if rng.random() < 0.3 else None
-            replies.append(bash_reply(thought, sed or python_replace(path, old, new)))
+        thought = say(rng, GUARD if "\n" in old + new else FIX, old=old, new=new, line=line, **facts)
+        sed = sed_replace(path, old, new) if rng.random() < 0.3 else None
+        replies.append(bash_reply(thought, sed or python_replace(path, old, new)))
     if rng.random() < 0.3:
         call = first_call(p["problem_statement"], fname)
         if call:
