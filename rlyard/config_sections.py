@@ -33,6 +33,7 @@ class LoraConfig(Strict):
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+    last_layers: int | None = Field(None, ge=1)  # adapt only the last N decoder layers: backward stops below them (docs/sft.md); None = all
 
 
 class ModelConfig(Strict):

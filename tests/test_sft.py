@@ -351,20 +351,25 @@ def test_cli_errors_are_one_line(demos, tiny_model_dir, tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- RL from an SFT run
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
-def test_rl_starts_from_the_sft_weights_and_trains(demos, tiny_model_dir, tmp_path, lora):
+@pytest.mark.parametrize("lora, last_layers", [(True, None), (True, 1), (False, None)], ids=["lora", "lora-last-layer", "full"])
+def test_rl_starts_from_the_sft_weights_and_trains(demos, tiny_model_dir, tmp_path, lora, last_layers):
     from rlyard.models import add_lora, load_model
     from rlyard.models.lora import load_trainable_state_dict
     from rlyard.orchestrate.entry import train
 
     sft_dir = tmp_path / "sft"
+    layers = [f"model.lora.last_layers={last_layers}"] if last_layers else []
     train_sft(load_config(None, [f"sft.data={demos}", *sft_overrides(tiny_model_dir, sft_dir, "sft.steps=2", "sft.lr=5e-2",
-                                                                      f"model.lora.enabled={str(lora).lower()}")]), sft_dir)
+                                                                      f"model.lora.enabled={str(lora).lower()}", *layers)]), sft_dir)
+    weights = torch.load(sft_dir / "checkpoints" / "step_000002" / "weights.pt")
+    if last_layers:  # the tiny model has 2 layers: the adapter is in layer 1 only, and layer 0 is the base's
+        assert weights and all(".layers.1." in name for name in weights)
     # the SFT policy, rebuilt by hand from its checkpoint
     expected = load_model(str(tiny_model_dir))
     if lora:
-        expected = add_lora(expected, 16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    load_trainable_state_dict(expected, torch.load(sft_dir / "checkpoints" / "step_000002" / "weights.pt"))
+        expected = add_lora(expected, 16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                            last_layers)
+    load_trainable_state_dict(expected, weights)
     expected = expected.merge_and_unload() if lora else expected
 
     rl_dir = tmp_path / "rl"
@@ -375,6 +380,7 @@ def test_rl_starts_from_the_sft_weights_and_trains(demos, tiny_model_dir, tmp_pa
     base = load_model(str(tiny_model_dir)).state_dict()
     start = c.engine.model.state_dict()
     changed = [k for k, v in expected.state_dict().items() if not torch.equal(v, base[k])]
+    assert not last_layers or all(".layers.1." in k for k in changed)
     assert changed and all(torch.allclose(start[k], expected.state_dict()[k], atol=1e-6) for k in changed)
     ids = torch.tensor([[1, 5, 9, 200, 7, 42]])
     with torch.no_grad():
@@ -393,3 +399,6 @@ def test_init_from_names_what_is_wrong(tmp_path, demos, tiny_model_dir):
     train_sft(load_config(None, [f"sft.data={demos}", *sft_overrides(tiny_model_dir, run, "sft.steps=1")]), run)
     with pytest.raises(ConfigError, match=f"was trained from model.name={tiny_model_dir}, this run has model.name=embedded"):
         initial_model(ModelConfig(name="embedded", init_from=str(run)))
+    with pytest.raises(ConfigError, match="model.lora.last_layers=3: the model has 2 decoder layers"):
+        train_sft(load_config(None, [f"sft.data={demos}", *sft_overrides(tiny_model_dir, tmp_path / "deep", "model.lora.last_layers=3")]),
+                  tmp_path / "deep")

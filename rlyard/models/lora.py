@@ -6,15 +6,28 @@ from pathlib import Path
 
 import torch
 
+from rlyard.errors import ConfigError
 
-def add_lora(model, rank: int, alpha: int, dropout: float, target_modules: list[str]):
+
+def add_lora(model, rank: int, alpha: int, dropout: float, target_modules: list[str], last_layers: int | None = None):
+    """A fresh adapter on `target_modules`; with `last_layers`, only in the last N decoder layers.
+
+    Why the last layers: nothing below the lowest adapted layer needs a gradient, so backward
+    stops there (on the embedded model, the last 15 of 30 layers take 0.64x the time of an SFT
+    step on all of them; docs/sft.md)."""
     from peft import LoraConfig, get_peft_model
 
     tied = {"lm_head", "embed_tokens"} & set(target_modules)
     if tied and getattr(model.config, "tie_word_embeddings", False):
         raise ValueError(f"LoRA on {sorted(tied)} of a model with tied embeddings would change both; drop it from model.lora.target_modules")
-
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")
+    layers = None
+    if last_layers is not None:
+        total = getattr(model.config, "num_hidden_layers", None)
+        if total is None or last_layers > total:
+            raise ConfigError(f"model.lora.last_layers={last_layers}: the model has {total} decoder layers")
+        layers = list(range(total - last_layers, total))
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM",
+                        layers_to_transform=layers)
     return get_peft_model(model, config)
 
 

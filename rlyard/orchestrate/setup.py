@@ -151,7 +151,7 @@ def policy_model(model_config: ModelConfig, adapter: bool = True):
     model = initial_model(model_config)
     if adapter and model_config.lora.enabled:
         lora = model_config.lora
-        model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
+        model = add_lora(model, lora.rank, lora.alpha, lora.dropout, lora.target_modules, lora.last_layers)
     if model_config.gradient_checkpointing:
         base = model.get_base_model() if is_peft(model) else model
         kwargs = {"use_reentrant": False}
@@ -185,7 +185,7 @@ def initial_model(model_config: ModelConfig):
     if source.lora.enabled:
         lora = source.lora
         with torch.random.fork_rng(devices=[]):  # the old adapter's throwaway init leaves this run's seeded draws alone
-            model = add_lora(model, lora.rank, lora.alpha, 0.0, lora.target_modules)
+            model = add_lora(model, lora.rank, lora.alpha, 0.0, lora.target_modules, lora.last_layers)
         load_trainable_state_dict(model, weights)
         model = model.merge_and_unload()
     else:
