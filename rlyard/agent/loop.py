@@ -8,8 +8,10 @@ Episodes of a batch advance turn by turn together, so every turn is one batched
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from rlyard.engines.base import Engine, turn_seed
@@ -338,7 +340,9 @@ def run_episodes(
         for episode, completion in zip(active, generate_shared([e.token_ids for e in active], engine, turn_params)):
             advance(episode, completion, renderer, limits)
         turn += 1
-    return [finish(e, time.perf_counter() - started, limits.grader_timeout_s) for e in episodes]
+    # graders mostly wait on sandboxed test runs: one per core overlaps them (each env is its own)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(episodes), os.cpu_count() or 1)), thread_name_prefix="rlyard-finish") as pool:
+        return list(pool.map(lambda e: finish(e, time.perf_counter() - started, limits.grader_timeout_s), episodes))
 
 
 def generate_shared(prompts: list[list[int]], engine: Engine, params: SamplingParams) -> list:
