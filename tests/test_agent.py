@@ -25,8 +25,13 @@ WRITE = '<tool_call>{"name": "write_file", "arguments": {"path": "hello.txt", "c
 SUBMIT = '<tool_call>{"name": "submit", "arguments": {"answer": "done"}}</tool_call>'
 
 
-def teach(model, tokenizer, examples, steps=80):
-    """Cross-entropy on (prompt tokens, reply text) pairs until greedy decoding repeats them."""
+def teach(model, tokenizer, examples, steps=80, margin=2.0):
+    """Cross-entropy on (prompt tokens, reply text) pairs until greedy decoding repeats them.
+
+    Stops early once every reply token is the argmax after its teacher-forced prefix by `margin`
+    logits: then greedy decoding writes exactly the reply (the margin covers the engine's other
+    batch shapes), and the remaining steps would only cost suite time.
+    """
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     batch = []
     for prompt, reply in examples:
@@ -34,9 +39,15 @@ def teach(model, tokenizer, examples, steps=80):
         batch.append((torch.tensor([prompt + target]), len(prompt)))
     for _ in range(steps):
         optimizer.zero_grad()
+        learnt = True
         for ids, start in batch:
             logits = model(input_ids=ids, logits_to_keep=ids.shape[1] - start + 1).logits[0, :-1]
             torch.nn.functional.cross_entropy(logits, ids[0, start:]).backward()
+            target_logit = logits.gather(1, ids[0, start:, None])[:, 0]
+            runner_up = logits.scatter(1, ids[0, start:, None], float("-inf")).max(dim=1).values
+            learnt = learnt and bool((target_logit - runner_up > margin).all())
+        if learnt:
+            break
         optimizer.step()
     model.eval()
 
