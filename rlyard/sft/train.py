@@ -58,16 +58,23 @@ class SftData:
     note: str | None  # a warning about the data, e.g. `tools` the chat template ignores
 
 
+PAD_MULTIPLE = 128  # micro-batch widths: few distinct shapes (token_nll)
+
+
 def token_nll(model, examples: list[Example], precision: torch.dtype | None = None) -> tuple[torch.Tensor, int]:
     """Summed NLL of the assistant tokens of `examples` (one right-padded forward) and their count.
 
-    Right padding needs no attention mask: causal attention never looks at later pads. The LM
-    head runs only where an assistant token is predicted (a 49k vocabulary costs as much as
-    several layers), as in the RL learner's logprobs.
+    Right padding needs no attention mask: causal attention never looks at later pads. The width
+    is rounded up to a multiple of PAD_MULTIPLE: on a CPU every new shape builds and caches new
+    oneDNN kernels, and with one width per micro-batch that cache grew by 2.8 GB in 40 steps while
+    the steps slowed from 7.1 to 8.7 s; rounded, it stayed at 5.9 GB and 6.2-6.4 s (docs/sft.md).
+    The LM head runs only where an assistant token is predicted (a 49k vocabulary costs as much
+    as several layers), as in the RL learner's logprobs.
     """
     body, head = backbone_and_head(model)
     device = head.weight.device
-    ids = torch.zeros((len(examples), max(len(e.token_ids) for e in examples)), dtype=torch.long)
+    width = -(-max(len(e.token_ids) for e in examples) // PAD_MULTIPLE) * PAD_MULTIPLE
+    ids = torch.zeros((len(examples), width), dtype=torch.long)
     rows, cols, targets = [], [], []
     for row, example in enumerate(examples):
         ids[row, : len(example.token_ids)] = torch.tensor(example.token_ids)
