@@ -13,7 +13,7 @@ def add_lora(model, rank: int, alpha: int, dropout: float, target_modules: list[
     """A fresh adapter on `target_modules`; with `last_layers`, only in the last N decoder layers.
 
     Why the last layers: nothing below the lowest adapted layer needs a gradient, so backward
-    stops there (on the embedded model, an SFT step with the last 15 of 30 layers takes 0.63x the
+    stops there (on the embedded model, an SFT step with the last 15 of 30 layers takes 0.64x the
     time of one with all of them; docs/sft.md, bench/results/sft_lora_layers.json)."""
     from peft import LoraConfig, get_peft_model
 
