@@ -65,9 +65,10 @@ def token_nll(model, examples: list[Example], precision: torch.dtype | None = No
     """Summed NLL of the assistant tokens of `examples` (one right-padded forward) and their count.
 
     Right padding needs no attention mask: causal attention never looks at later pads. The width
-    is rounded up to a multiple of PAD_MULTIPLE: on a CPU every new shape builds and caches new
-    oneDNN kernels, and with one width per micro-batch that cache grew by 2.8 GB in 40 steps while
-    the steps slowed from 7.1 to 8.7 s; rounded, it stayed at 5.9 GB and 6.2-6.4 s (docs/sft.md).
+    is rounded up to a multiple of PAD_MULTIPLE: on a CPU a new shape builds new oneDNN kernels,
+    and with one width per micro-batch the process grew by 2.8 GB in 40 steps while the steps
+    slowed from 7.1 to 8.7 s; rounded, it stayed at 5.9 GB and 6.4 s (docs/sft.md; that the
+    kernel cache is what grew is likely, not proven).
     The LM head runs only where an assistant token is predicted (a 49k vocabulary costs as much
     as several layers), as in the RL learner's logprobs.
     """
