@@ -3,9 +3,12 @@
     scripts/learn.sh CONFIG [OVERRIDES...]          # scripts/<family>/learn.sh passes its config
     RL_SEEDS="0 1 2" DEMOS=256 OUT=runs/learn-code scripts/code/learn.sh
     RESULT=bench/results/learn_code.json RL_SEEDS="0 1 2" scripts/code/learn.sh
+    SEEDS="0 1 2" OUT=runs/learn-code scripts/code/learn.sh   # an SFT and an RL run per seed
 
 Environment: OUT (run folder, default runs/learn-<config>-<time>), DEMOS (oracle demonstrations on
-train tasks, default 256), RL_SEEDS (default "0"), THREADS (default 2), BUILTIN (overrides that turn
+train tasks, default 256), RL_SEEDS (RL seeds from one SFT run, default "0"), SEEDS (instead of
+RL_SEEDS: each seed its own SFT run, `sft.seed`, and an RL run from it, so SFT's spread is
+measured and RL is judged against its own seed's SFT too), THREADS (default 2), BUILTIN (overrides that turn
 the config's generated tasks into the family's built-in ones, e.g. "env.options.source=null"; each
 stage is then also evaluated there, reported as it is; empty: skipped), BUILTIN_SIZE (tasks of that
 evaluation, default: all the built-in eval tasks up to 100), RESULT (also write the summary there,
@@ -20,7 +23,7 @@ their sampled_ forms). Run again with the same OUT, the recipe keeps the stages 
 Every stage is an `rlyard` command a user could type; this file only runs them in order, times
 them and writes `summary.json` in the shape shared by every family (DESIGN.md, "Every family
 learns"): `{"commit", "machine", "stages": {"base": {"success", "mean_reward", "seconds", ...},
-"sft": ..., "rl_seed0": ...}}`, all held-out; greedy, and sampled too with EVAL_SAMPLES.
+"sft": ..., "rl_seed0": ...}}` (with SEEDS "sft_seed0" ... instead of "sft"), all held-out; greedy, and sampled too with EVAL_SAMPLES.
 """
 from __future__ import annotations
 
@@ -92,26 +95,46 @@ def spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
 
 
-def rl_spread(rl: list[dict], metrics: list[str]) -> dict:
-    """Each metric's spread over the RL seeds. A metric a seed lacks counts 0 (no reply past the
+def seed_spread(runs: list[dict], metrics: list[str]) -> dict:
+    """Each metric's spread over seeds' stages. A metric a seed lacks counts 0 (no reply past the
     gate has no mean_constraints); one a seed did not measure (None: greedy success with
     EVAL_GREEDY=0) is left out."""
     out = {}
     for metric in dict.fromkeys(metrics):
-        values = [r.get(metric, 0.0) for r in rl]
+        values = [r.get(metric, 0.0) for r in runs]
         if None not in values:
             out[metric] = spread(values)
     return out
 
 
-def verdict(stages: dict, rl: dict, metrics: list[str]) -> dict:
-    """The issue's test, per metric: SFT above base and RL above SFT, each by more than the spread
-    (the sd of RL over seeds; base and SFT are one run each, so theirs is not measured)."""
+def paired_gain(sft: list[dict], rl: list[dict], metrics: list[str]) -> dict:
+    """Each metric's RL-minus-own-SFT difference over seeds (SEEDS: RL seed s starts from SFT seed
+    s): the SFT runs' own spread then does not hide a gain every seed shows."""
+    out = {}
+    for metric in dict.fromkeys(metrics):
+        pairs = [(s.get(metric, 0.0), r.get(metric, 0.0)) for s, r in zip(sft, rl)]
+        if all(None not in pair for pair in pairs):
+            out[metric] = spread([r - s for s, r in pairs])
+    return out
+
+
+def verdict(base: dict, sft: dict, rl: dict, metrics: list[str], paired: dict | None = None) -> dict:
+    """The issue's test, per metric: SFT above base and RL above SFT, each by more than the
+    spread over seeds, the larger of SFT's sd and RL's (one SFT run has no measured sd: then RL's).
+    `sft` and `rl` are `seed_spread`s. With SEEDS (`paired`), RL above SFT also needs the mean of
+    the per-seed gains above their sd. A metric the base stage lacks counts 0."""
     out = {}
     for metric in metrics:
-        base, sft, mean, sd = stages["base"].get(metric, 0.0), stages["sft"].get(metric, 0.0), rl[metric]["mean"], rl[metric]["sd"]
-        out[metric] = {"sft_minus_base": round(sft - base, 4), "rl_minus_sft": round(mean - sft, 4), "rl_sd": round(sd, 4),
-                       "sft_above_base": sft - base > sd, "rl_above_sft": mean - sft > sd}
+        at_base, s, r = base.get(metric, 0.0), sft[metric], rl[metric]
+        sd = max(s["sd"], r["sd"])
+        row = {"sft_minus_base": round(s["mean"] - at_base, 4), "rl_minus_sft": round(r["mean"] - s["mean"], 4),
+               "sft_sd": round(s["sd"], 4), "rl_sd": round(r["sd"], 4),
+               "sft_above_base": s["mean"] - at_base > sd, "rl_above_sft": r["mean"] - s["mean"] > sd}
+        if paired is not None:
+            gain = paired[metric]
+            row.update({"rl_minus_own_sft": round(gain["mean"], 4), "rl_minus_own_sft_sd": round(gain["sd"], 4)})
+            row["rl_above_sft"] = row["rl_above_sft"] and gain["mean"] > gain["sd"]
+        out[metric] = row
     return out
 
 
@@ -122,7 +145,11 @@ def main(argv: list[str]) -> int:
     config, overrides = argv[0], argv[1:]
     started = time.strftime("%Y%m%d-%H%M%S")
     out = Path(os.environ.get("OUT") or f"runs/learn-{Path(config).stem}-{started}")
-    demos, seeds = int(os.environ.get("DEMOS", "256")), os.environ.get("RL_SEEDS", "0").split()
+    demos, paired = int(os.environ.get("DEMOS", "256")), os.environ.get("SEEDS", "").split()
+    if paired and os.environ.get("RL_SEEDS"):
+        sys.exit("learn: SEEDS (an SFT and an RL run per seed) and RL_SEEDS (RL seeds from one SFT run) exclude each other: set one")
+    seeds = paired or os.environ.get("RL_SEEDS", "0").split()
+    sft_names = [f"sft_seed{s}" for s in paired] or ["sft"]
     builtin = shlex.split(os.environ.get("BUILTIN", ""))
     samples = ["--samples", os.environ["EVAL_SAMPLES"]] if int(os.environ.get("EVAL_SAMPLES") or 0) else []
     if os.environ.get("EVAL_GREEDY", "1") == "0":
@@ -170,32 +197,44 @@ def main(argv: list[str]) -> int:
     timed("collect", "collect", family, *option_flags(options), "-n", str(demos), "--out", str(out / "demos.jsonl"), "--no-progress")
     print("== 2/4 base model: held-out success", flush=True)
     evaluate("base", None)
-    print("== 3/4 SFT on the demonstrations, then held-out success", flush=True)
-    timed("sft", "sft", str(out / "demos.jsonl"), config, *common, f"output.run_dir={out / 'sft'}")
-    evaluate("sft", str(out / "sft"))
+    def sft(name: str, *seed_args: str) -> None:
+        print(f"== 3/4 SFT on the demonstrations ({name}), then held-out success", flush=True)
+        timed(name, "sft", str(out / "demos.jsonl"), config, *common, *seed_args, f"output.run_dir={out / name}")
+        evaluate(name, str(out / name))
+
+    if not paired:
+        sft("sft")
     for seed in seeds:
-        print(f"== 4/4 RL from the SFT weights (seed {seed}), then held-out success", flush=True)
-        timed(f"rl_seed{seed}", "train", config, *common, f"model.init_from={out / 'sft'}", f"train.seed={seed}",
+        source = f"sft_seed{seed}" if paired else "sft"
+        if paired:  # seed by seed: a recipe stopped after its first seed has a whole one
+            sft(source, f"sft.seed={seed}")
+        print(f"== 4/4 RL from the SFT weights of {source} (seed {seed}), then held-out success", flush=True)
+        timed(f"rl_seed{seed}", "train", config, *common, f"model.init_from={out / source}", f"train.seed={seed}",
               f"output.run_dir={out / f'rl_seed{seed}'}", "eval.at_start=false", "eval.at_end=false")
         evaluate(f"rl_seed{seed}", str(out / f"rl_seed{seed}"))
 
-    names = ["base", "sft", *(f"rl_seed{s}" for s in seeds)]
-    stage_seconds = {"base": seconds["eval_base"], "sft": seconds["sft"] + seconds["eval_sft"],
-                     **{f"rl_seed{s}": seconds[f"rl_seed{s}"] + seconds[f"eval_rl_seed{s}"] for s in seeds}}
+    rl_names = [f"rl_seed{s}" for s in seeds]
+    names = ["base", *sft_names, *rl_names]
+    stage_seconds = {"base": seconds["eval_base"],
+                     **{name: seconds[name] + seconds[f"eval_{name}"] for name in sft_names + rl_names}}
     stages = {name: stage_result(out / f"eval_{name}.json", stage_seconds[name]) for name in names}
-    rl = [stages[f"rl_seed{s}"] for s in seeds]
+    rl = [stages[name] for name in rl_names]
+    sfts = [stages[name] for name in sft_names]
     summary = {
         "commit": code_version, "machine": host, "config": config, "overrides": overrides, "family": family,
         "demos": demos, "rl_seeds": seeds, "eval_samples": int(samples[1]) if samples else 0, "seconds": seconds,
-        "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds["sft"]
-                                   + stage_seconds[f"rl_seed{seeds[0]}"]) / 60, 1) if seeds else None,
+        "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds[sft_names[0]]
+                                   + stage_seconds[rl_names[0]]) / 60, 1) if seeds else None,
         "stages": stages,
-        "rl": rl_spread(rl, ["success", "mean_reward", *metrics]) if rl else {},
+        "sft": seed_spread(sfts, ["success", "mean_reward", *metrics]),
+        "rl": seed_spread(rl, ["success", "mean_reward", *metrics]) if rl else {},
     }
+    if paired:
+        summary["rl_minus_own_sft"] = paired_gain(sfts, rl, ["success", "mean_reward", *metrics])
     if ran and now != code_version:
         summary["resumed_at_commit"] = {"commit": now, "stages": ran}
     if rl:
-        summary["verdict"] = verdict(stages, summary["rl"], metrics)
+        summary["verdict"] = verdict(stages["base"], summary["sft"], summary["rl"], metrics, summary.get("rl_minus_own_sft"))
     if builtin:
         summary["builtin"] = {"overrides": builtin, "stages": {
             name: stage_result(out / f"builtin_{name}.json", seconds[f"builtin_{name}"]) for name in names}}
@@ -212,17 +251,19 @@ def main(argv: list[str]) -> int:
         success = "-" if result["success"] is None else f"{result['success']:.1%}"
         reward = "-" if result["mean_reward"] is None else f"{result['mean_reward']:.3f}"
         print(f"{name:<12} {success:>8} {reward:>7}{column} {result['mean_turns']:>6.2f} {result['seconds']:>8.0f}")
-    if len(rl) > 1 and "success" in summary["rl"]:
-        s = summary["rl"]["success"]
-        print(f"RL over seeds {' '.join(seeds)}: success mean {s['mean']:.1%}, sd {s['sd']:.1%}")
+    for stage, runs in (("SFT", sfts), ("RL", rl)):
+        if len(runs) > 1 and "success" in summary[stage.lower()]:
+            s = summary[stage.lower()]["success"]
+            print(f"{stage} over seeds {' '.join(seeds)}: success mean {s['mean']:.1%}, sd {s['sd']:.1%}")
     for name, result in summary.get("builtin", {}).get("stages", {}).items():
         if result["success"] is None:
             print(f"built-in {name:<12} sampled reward {result['sampled_mean_reward']:.3f} ({result['tasks']} tasks)")
         else:
             print(f"built-in {name:<12} success {result['success']:.1%} reward {result['mean_reward']:.3f} ({result['tasks']} tasks)")
     for metric, v in summary.get("verdict", {}).items():
-        print(f"{metric}: SFT - base {v['sft_minus_base']:+.3f}, RL - SFT {v['rl_minus_sft']:+.3f}, RL sd {v['rl_sd']:.3f}: "
-              f"SFT above base {'yes' if v['sft_above_base'] else 'NO'}, RL above SFT {'yes' if v['rl_above_sft'] else 'NO'} "
+        own = f", RL - own SFT {v['rl_minus_own_sft']:+.3f} (sd {v['rl_minus_own_sft_sd']:.3f})" if "rl_minus_own_sft" in v else ""
+        print(f"{metric}: SFT - base {v['sft_minus_base']:+.3f}, RL - SFT {v['rl_minus_sft']:+.3f}, SFT sd {v['sft_sd']:.3f}, "
+              f"RL sd {v['rl_sd']:.3f}{own}: SFT above base {'yes' if v['sft_above_base'] else 'NO'}, RL above SFT {'yes' if v['rl_above_sft'] else 'NO'} "
               "(each by more than the sd)")
     print(f"one seed end to end: {summary['one_seed_minutes']} min; {out / 'summary.json'}")
     return 0
