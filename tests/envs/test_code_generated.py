@@ -5,9 +5,11 @@ oracle's episode 1). The 300-task validation is run by hand (docs/code.md, "Gene
 RLYARD_CODE_GENERATED_SAMPLE=50 widens the graded sample to the 50 tasks the issue asks for."""
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
+from collections import Counter
 
 from rlyard.demos.collect import play
 from rlyard.envs import get_family
@@ -46,6 +48,20 @@ def test_counts_determinism_and_disjoint_splits():
     tasks = make_tasks("train", 30, 7, source="generated")
     assert [t.id for t in tasks] == [t.id for t in make_tasks("train", 30, 7, source="generated")]
     assert all(t.metadata["split"] == "train" and (t.metadata["bug_family"], t.metadata["bug_kind"]) not in HELD_OUT for t in tasks)
+
+
+def test_draws_go_round_the_units_so_a_first_n_holds_each_evenly():
+    """A template's tasks pass or fail together, so held-out success is a mean over (template,
+    kind) units: the first 3 x units held-out tasks are 3 of each, and the held-out side holds
+    the most units a split of one pair per family and per kind can (docs/code.md, "Split")."""
+    for split, rounds in (("eval", 3), ("train", 2)):
+        units = {(t.key, kind) for t in TEMPLATES for kind in t.bugs if split_of_combo(t.family, kind) == split}
+        drawn = Counter((p.template, p.kind) for p in draw_params(split, rounds * len(units), 5))
+        assert set(drawn) == units and set(drawn.values()) == {rounds}, split
+    held_units = sum(kind in t.bugs and (t.family, kind) in HELD_OUT for t in TEMPLATES for kind in KINDS)
+    best = max(sum(kind in t.bugs and (t.family, kind) in set(zip(FAMILIES, order)) for t in TEMPLATES for kind in KINDS)
+               for order in itertools.permutations(KINDS))
+    assert held_units == best == 21
 
 
 def test_statements_show_the_symptom_never_the_fix():

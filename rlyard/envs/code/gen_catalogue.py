@@ -368,9 +368,13 @@ TEMPLATES: tuple[Template, ...] = (
 )
 
 # The held-out (eval) combinations: one per family and one per bug kind, so every family and every
-# kind is still seen in training, only never together.
-HELD_OUT = frozenset({("string", "swapped_args"), ("list", "edge_case"), ("dict", "comparison"),
-                      ("number", "boolean"), ("date", "constant"), ("interval", "off_by_one")})
+# kind is still seen in training, only never together. Of such sets this one holds the most
+# (template, kind) units, 21 of 76: a template's tasks differ only in names and calls, so a policy
+# fixes nearly all of them or none, and held-out success is a mean over units, not over tasks. The
+# first split held 11 (60 tasks, 15 of them one template's), and one SFT seed fixed 26 where
+# another fixed 17 (docs/code.md, "Split").
+HELD_OUT = frozenset({("string", "constant"), ("list", "off_by_one"), ("dict", "edge_case"),
+                      ("number", "swapped_args"), ("date", "boolean"), ("interval", "comparison")})
 
 PACKAGES = ("toolbox", "utilkit", "helpers", "common", "core", "mylib", "kit", "pyutil", "basics", "extras")
 MODULES = {"string": ("text", "strings", "textutil", "words"), "list": ("lists", "seqs", "listutil", "sequences"),

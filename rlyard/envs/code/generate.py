@@ -38,7 +38,6 @@ GENERATED = "generated"  # the reserved env.options.source value (a file of that
 BY_KEY = {t.key: t for t in TEMPLATES}
 COMBOS = sorted({(t.family, kind) for t in TEMPLATES for kind in t.bugs})
 BY_FAMILY = {family: [t for t in TEMPLATES if t.family == family] for family, _ in COMBOS}
-BY_COMBO = {(family, kind): [t for t in BY_FAMILY[family] if kind in t.bugs] for family, kind in COMBOS}
 VISIBLE_PER_HELPER = 2  # visible (PASS_TO_PASS) tests per helper
 MAX_TRIES = 200  # draws per task asked for before the space is called exhausted
 
@@ -108,10 +107,9 @@ def draw_names(rng: random.Random, template: Template, taken: set[str]) -> tuple
     return (("f", fname), *sorted((key, rng.choice(choices)) for key, choices in template.params.items()))
 
 
-def draw(rng: random.Random, combos: list[tuple[str, str]]) -> Params | None:
-    """One task's parameters for a combination drawn from `combos`; None when the draw cannot work."""
-    family, kind = rng.choice(combos)
-    template = rng.choice(BY_COMBO[family, kind])
+def draw(rng: random.Random, template: Template, kind: str) -> Params | None:
+    """One task's parameters with `template`'s bug of `kind`; None when the draw cannot work."""
+    family = template.family
     names = draw_names(rng, template, set())
     fails = [i for i, args in enumerate(template.calls) if differs(template, kind, dict(names), args)]
     if not fails:
@@ -145,18 +143,28 @@ def differs(template: Template, kind: str, names: dict[str, str], args: str) -> 
 
 
 def draw_params(split: str, n: int, seed: int) -> list[Params]:
-    """`n` distinct tasks' parameters of `split`, in a seeded order (the same for the same seed)."""
-    combos = [c for c in COMBOS if split_of_combo(*c) == split]
+    """`n` distinct tasks' parameters of `split`, in a seeded order (the same for the same seed).
+
+    Round by round, each (template, kind) unit of the split gives one task, in a seeded order, so
+    any first n tasks hold the units evenly (n = 63 on the held-out side: 3 of each of its 21).
+    Drawn by (family, kind) pair instead, the one template of a pair that has one got as many
+    tasks as the four of another together, and a single template could decide a quarter of a
+    held-out score."""
+    units = [(t, kind) for t in TEMPLATES for kind in t.bugs if split_of_combo(t.family, kind) == split]
     rng = random.Random(f"rlyard-code-generated|{split}|{seed}")
     out: dict[str, Params] = {}
+    round_left: list[tuple[Template, str]] = []
     tries = 0
     while len(out) < n:
+        if not round_left:
+            round_left = rng.sample(units, len(units))
         tries += 1
         if tries > MAX_TRIES * max(n, 1):
             raise ValueError(f"code source=generated: only {len(out)} distinct {split} tasks found, {n} asked")
-        params = draw(rng, combos)
-        if params is not None:
-            out.setdefault(params.task_id(), params)
+        params = draw(rng, *round_left[-1])
+        if params is not None and params.task_id() not in out:
+            out[params.task_id()] = params
+            round_left.pop()
     return list(out.values())
 
 
