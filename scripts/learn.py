@@ -2,7 +2,7 @@
 
     scripts/learn.sh CONFIG [OVERRIDES...]          # scripts/<family>/learn.sh passes its config
     RL_SEEDS="0 1 2" DEMOS=256 OUT=runs/learn-code scripts/code/learn.sh
-    RESULT=bench/results/learn_code.json RL_SEEDS="0 1 2" scripts/code/learn.sh
+    RESULT=bench/results/learn_code.json SEEDS="0 1 2" scripts/code/learn.sh
     SEEDS="0 1 2" OUT=runs/learn-code scripts/code/learn.sh   # an SFT and an RL run per seed
 
 Environment: OUT (run folder, default runs/learn-<config>-<time>), DEMOS (oracle demonstrations on
