@@ -220,17 +220,18 @@ def main(argv: list[str]) -> int:
     stages = {name: stage_result(out / f"eval_{name}.json", stage_seconds[name]) for name in names}
     rl = [stages[name] for name in rl_names]
     sfts = [stages[name] for name in sft_names]
+    reported = ["success", "mean_reward", *metrics]
     summary = {
         "commit": code_version, "machine": host, "config": config, "overrides": overrides, "family": family,
         "demos": demos, "rl_seeds": seeds, "eval_samples": int(samples[1]) if samples else 0, "seconds": seconds,
         "one_seed_minutes": round((seconds["collect"] + stage_seconds["base"] + stage_seconds[sft_names[0]]
                                    + stage_seconds[rl_names[0]]) / 60, 1) if seeds else None,
         "stages": stages,
-        "sft": seed_spread(sfts, ["success", "mean_reward", *metrics]),
-        "rl": seed_spread(rl, ["success", "mean_reward", *metrics]) if rl else {},
+        "sft": seed_spread(sfts, reported),
+        "rl": seed_spread(rl, reported) if rl else {},
     }
     if paired:
-        summary["rl_minus_own_sft"] = paired_gain(sfts, rl, ["success", "mean_reward", *metrics])
+        summary["rl_minus_own_sft"] = paired_gain(sfts, rl, reported)
     if ran and now != code_version:
         summary["resumed_at_commit"] = {"commit": now, "stages": ran}
     if rl:

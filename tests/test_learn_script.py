@@ -62,6 +62,8 @@ def test_with_seeds_sfts_spread_counts_and_rl_must_beat_its_own_sft(learn):
                       learn.paired_gain(before, after, ["m"]))["m"]
     assert w["rl_minus_sft"] == pytest.approx(0.15) and w["rl_minus_own_sft_sd"] == pytest.approx(0.20)
     assert not w["rl_above_sft"]  # seed 1 lost 0.05 to its own SFT: gains 0.35 / -0.05 / 0.15, sd 0.20 > mean 0.15
+
+
 def test_a_sampled_only_evaluation_has_no_greedy_figures(learn, tmp_path):
     """EVAL_GREEDY=0 (`rlyard eval --no-greedy`): the stage has no greedy success or reward (None,
     not 0, so no verdict is drawn on them), and the spread is only over the metrics every seed has."""

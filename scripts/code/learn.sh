@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # code learns on generated bug-fix tasks: collect -> base eval -> SFT -> eval -> RL seeds -> eval
-# (scripts/learn.py: DEMOS, RL_SEEDS, OUT, THREADS, BUILTIN, RESULT), configs/code_learn.yaml.
+# (scripts/learn.py: DEMOS, RL_SEEDS or SEEDS, OUT, THREADS, BUILTIN, RESULT), configs/code_learn.yaml.
 # 384 demonstrations: with 96 the SFT policy fixed none of 60 held-out tasks (it edited another
 # helper or left the line unchanged); with 384 it fixed 26 (docs/code.md).
 #   scripts/code/learn.sh
