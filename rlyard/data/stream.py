@@ -10,8 +10,15 @@ import random
 from rlyard.types import Task
 
 
+def stream_seed(env_seed: int, train_seed: int) -> int | str:
+    """The train stream's seed: `train.seed` changes the order tasks come in, so runs that differ
+    only in it (RL seeds side by side) see different tasks, while `env.seed` alone fixes which
+    tasks exist and the held-out set. train.seed 0 keeps env.seed's order, as before."""
+    return env_seed if train_seed == 0 else f"{env_seed}+{train_seed}"
+
+
 class TaskStream:
-    def __init__(self, tasks: list[Task], seed: int = 0, position: int = 0):
+    def __init__(self, tasks: list[Task], seed: int | str = 0, position: int = 0):
         if not tasks:
             raise ValueError("a task stream needs at least one task")
         self.tasks, self.seed, self.position = tasks, seed, position
@@ -32,10 +39,10 @@ class TaskStream:
             self.position += 1
         return batch
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, int | str]:
         return {"position": self.position, "seed": self.seed, "size": len(self.tasks)}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, int | str]) -> None:
         if state["size"] != len(self.tasks) or state["seed"] != self.seed:
             raise ValueError(
                 f"the checkpoint's task stream (size {state['size']}, seed {state['seed']}) does not match "
