@@ -122,20 +122,28 @@ def verdict(base: dict, sft: dict, rl: dict, metrics: list[str], paired: dict | 
     """The issue's test, per metric: SFT above base and RL above SFT, each by more than the
     spread over seeds, the larger of SFT's sd and RL's (one SFT run has no measured sd: then RL's).
     `sft` and `rl` are `seed_spread`s. With SEEDS (`paired`), RL above SFT also needs the mean of
-    the per-seed gains above their sd. A metric the base stage lacks counts 0."""
+    the per-seed gains above their sd. A metric the base stage lacks counts 0. With one run of each
+    stage no spread is measured, and any difference would beat an sd of 0: the tests are then None
+    (not measured), not a yes."""
     out = {}
     for metric in metrics:
         at_base, s, r = base.get(metric, 0.0), sft[metric], rl[metric]
-        sd = max(s["sd"], r["sd"])
+        sd, measured = max(s["sd"], r["sd"]), max(len(s["values"]), len(r["values"])) > 1
         row = {"sft_minus_base": round(s["mean"] - at_base, 4), "rl_minus_sft": round(r["mean"] - s["mean"], 4),
                "sft_sd": round(s["sd"], 4), "rl_sd": round(r["sd"], 4),
-               "sft_above_base": s["mean"] - at_base > sd, "rl_above_sft": r["mean"] - s["mean"] > sd}
+               "sft_above_base": s["mean"] - at_base > sd if measured else None,
+               "rl_above_sft": r["mean"] - s["mean"] > sd if measured else None}
         if paired is not None:
             gain = paired[metric]
             row.update({"rl_minus_own_sft": round(gain["mean"], 4), "rl_minus_own_sft_sd": round(gain["sd"], 4)})
-            row["rl_above_sft"] = row["rl_above_sft"] and gain["mean"] > gain["sd"]
+            if measured:
+                row["rl_above_sft"] = row["rl_above_sft"] and gain["mean"] > gain["sd"]
         out[metric] = row
     return out
+
+
+def answer(test: bool | None) -> str:
+    return "not measured (one run: no spread)" if test is None else "yes" if test else "NO"
 
 
 def main(argv: list[str]) -> int:
@@ -264,7 +272,7 @@ def main(argv: list[str]) -> int:
     for metric, v in summary.get("verdict", {}).items():
         own = f", RL - own SFT {v['rl_minus_own_sft']:+.3f} (sd {v['rl_minus_own_sft_sd']:.3f})" if "rl_minus_own_sft" in v else ""
         print(f"{metric}: SFT - base {v['sft_minus_base']:+.3f}, RL - SFT {v['rl_minus_sft']:+.3f}, SFT sd {v['sft_sd']:.3f}, "
-              f"RL sd {v['rl_sd']:.3f}{own}: SFT above base {'yes' if v['sft_above_base'] else 'NO'}, RL above SFT {'yes' if v['rl_above_sft'] else 'NO'} "
+              f"RL sd {v['rl_sd']:.3f}{own}: SFT above base {answer(v['sft_above_base'])}, RL above SFT {answer(v['rl_above_sft'])} "
               "(each by more than the sd)")
     print(f"one seed end to end: {summary['one_seed_minutes']} min; {out / 'summary.json'}")
     return 0

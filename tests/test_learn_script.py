@@ -44,6 +44,17 @@ def test_the_verdict_asks_each_step_to_beat_the_rl_spread(learn):
     assert missing["sft_minus_base"] == 0.5  # a metric a stage lacks (no reply past the gate) counts 0
 
 
+def test_one_run_of_each_stage_measures_no_spread_and_passes_nothing(learn):
+    """SEEDS="0": one SFT and one RL run. Any difference beats an sd of 0, so the tests say None
+    (not measured), not yes; the differences are still reported."""
+    sft, rl = [{"m": 0.30}], [{"m": 0.32}]
+    v = learn.verdict({"m": 0.0}, learn.seed_spread(sft, ["m"]), learn.seed_spread(rl, ["m"]), ["m"],
+                      learn.paired_gain(sft, rl, ["m"]))["m"]
+    assert v["sft_above_base"] is None and v["rl_above_sft"] is None
+    assert v["rl_minus_sft"] == pytest.approx(0.02) and v["rl_minus_own_sft"] == pytest.approx(0.02)
+    assert learn.answer(None).startswith("not measured") and learn.answer(True) == "yes" and learn.answer(False) == "NO"
+
+
 def test_with_seeds_sfts_spread_counts_and_rl_must_beat_its_own_sft(learn):
     """SEEDS: SFT seeds 0.26 / 0.17 / 0.20 (sd 0.0458), RL from each +0.05 / +0.03 / +0.04."""
     sft = [{"m": 0.26}, {"m": 0.17}, {"m": 0.20}]
