@@ -6,6 +6,7 @@ worker and start the slowest modules first, and `--durations-json` records where
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -100,6 +101,19 @@ def chat_prompt(tokenizer):
 
     return render_prompt(tokenizer, [{"role": "user", "content": TOY_PROMPT}])
 
+
+
+@pytest.fixture(scope="session")
+def script_module():
+    """Loads a file of scripts/ (not a package) as a module, so a recipe script's arithmetic is
+    tested directly: `script_module("learn.py")`."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(Path(name).stem, Path(__file__).resolve().parent.parent / "scripts" / name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 # --------------------------------------------------------------------------- parallel runs
 # Under pytest-xdist (`--dist loadscope`, as scripts/run_tests.py runs it) each module is one unit

@@ -1,20 +1,14 @@
 """scripts/by_unit.py: held-out success per unit and the paired difference between two stages,
 on hand-made evaluation folders."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
-def by_unit():
-    spec = importlib.util.spec_from_file_location("by_unit", ROOT / "scripts" / "by_unit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def by_unit(script_module):
+    return script_module("by_unit.py")
 
 
 def folder(tmp_path: Path, name: str, rewards: dict[str, float], infra: tuple[str, ...] = ()) -> Path:

@@ -1,20 +1,13 @@
 """scripts/learn.py's arithmetic: the derived gate and constraint shares and the issue's test per
 metric, on hand-made eval results (the recipe itself runs for minutes: docs/learning.md)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
-def learn():
-    spec = importlib.util.spec_from_file_location("learn_recipe", ROOT / "scripts" / "learn.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def learn(script_module):
+    return script_module("learn.py")
 
 
 def test_gate_and_constraint_shares_count_every_reply(learn, tmp_path):
