@@ -49,7 +49,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from rlyard.agent.loop import cut_middle
 from rlyard.config import load_config
-from rlyard.data import TaskStream
+from rlyard.data import TaskStream, stream_seed
 from rlyard.envs import get_family
 from rlyard.models import load_model, load_tokenizer
 from provenance import scrub  # bench/ is on sys.path when a script runs
@@ -151,9 +151,10 @@ class FilesTools:
             self.env = None
 
 
-def task_stream(config, family, count: int):
+def task_stream(config, family, count: int, train_seed: int):
+    """The tasks rlyard's run draws with train.seed=train_seed (its TaskStream), in its order."""
     pool = family.make_tasks("train", config.env.train_size, config.env.seed, **config.env.options)
-    return TaskStream(pool, seed=config.env.seed).next(count)
+    return TaskStream(pool, seed=stream_seed(config.env.seed, train_seed)).next(count)
 
 
 def run_trl(args, config, model_dir: Path, work: Path) -> dict:
@@ -164,7 +165,7 @@ def run_trl(args, config, model_dir: Path, work: Path) -> dict:
     torch.manual_seed(args.seed)
     family, tokenizer = get_family(config.env.name), load_tokenizer(str(model_dir))
     tokenizer.response_template, tokenizer.chat_template = SMOL_BASH_TEMPLATE, SMOL_TOOL_CHAT_TEMPLATE
-    tasks = task_stream(config, family, args.steps * config.rollout.prompts_per_step)
+    tasks = task_stream(config, family, args.steps * config.rollout.prompts_per_step, args.seed)
     FilesTools.family, FilesTools.tasks, FilesTools.output_chars = family, tasks, config.agent.tool_output_chars
     rows = []
     for index, task in enumerate(tasks):
