@@ -167,7 +167,7 @@ class AlgoConfig(Strict):
 class TrainConfig(Strict):
     steps: int = Field(30, ge=1)
     micro_batch_size: int = Field(8, ge=1)  # continuations per forward/backward
-    seed: int = 0  # torch, sampling, and the order train tasks come in (rlyard.data.stream_seed)
+    seed: int = 0  # torch, sampling, and the order train tasks come in (rlyard.data.train_stream)
     threads: int | None = Field(None, ge=1)  # torch threads; None = torch's default
 
 

@@ -102,7 +102,6 @@ def chat_prompt(tokenizer):
     return render_prompt(tokenizer, [{"role": "user", "content": TOY_PROMPT}])
 
 
-
 @pytest.fixture(scope="session")
 def script_module():
     """Loads a file of scripts/ (not a package) as a module, so a recipe script's arithmetic is
@@ -114,6 +113,7 @@ def script_module():
         return module
 
     return load
+
 
 # --------------------------------------------------------------------------- parallel runs
 # Under pytest-xdist (`--dist loadscope`, as scripts/run_tests.py runs it) each module is one unit

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from rlyard.config import load_run_config
-from rlyard.data import TaskStream, stream_seed
+from rlyard.data import train_stream
 from rlyard.testing import faults
 from rlyard.testing.kill import KILL_ENV, KILL_POINTS
 
@@ -214,7 +214,7 @@ def test_async_run_killed_twice_trains_each_task_once_and_loses_none(tmp_path, t
     assert not [t for t, count in Counter(trained).items() if count > 1]  # no task trained twice (40 tasks: no epoch repeats)
     final = torch.load(run_dir / "checkpoints" / "step_000006" / "state.pt", weights_only=False)["source"]
     config = load_run_config(run_dir, [])
-    handed_out = TaskStream(faults.make_tasks("train", 40, config.env.seed), seed=stream_seed(config.env.seed, config.train.seed)).next(final["stream"]["position"])
+    handed_out = train_stream(faults.make_tasks("train", 40, config.env.seed), config.env.seed, config.train.seed).next(final["stream"]["position"])
     # every task the stream handed out is trained or still pending: none lost, none twice
     assert Counter(trained) + Counter(final["pending_tasks"]) == Counter(t.id for t in handed_out)
     assert set(at_kill["pending_tasks"]) <= set(trained) | set(final["pending_tasks"])  # in flight at the kill: played after it

@@ -49,3 +49,9 @@ class TaskStream:
                 f"this run's (size {len(self.tasks)}, seed {self.seed}); resume with the same env settings"
             )
         self.position = state["position"]
+
+
+def train_stream(tasks: list[Task], env_seed: int, train_seed: int) -> TaskStream:
+    """A run's train stream: the one door for the order a run draws its tasks in, so the benches
+    that feed a peer rlyard's prompts draw them exactly as the run does."""
+    return TaskStream(tasks, seed=stream_seed(env_seed, train_seed))
