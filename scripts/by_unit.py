@@ -17,7 +17,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from rlyard.observe.store import read_jsonl
+from rlyard.observe.store import read_jsonl, trajectories_file
 
 HASH = re.compile(r"-[0-9a-f]{6,}$")
 
@@ -28,7 +28,7 @@ def unit_of(task_id: str) -> str:
 
 def outcomes(folder: Path) -> dict[str, bool]:
     """task id -> solved (reward 1 or more) of one evaluation folder; infra failures left out."""
-    path = folder if folder.suffix == ".jsonl" else folder / "trajectories.jsonl"
+    path = trajectories_file(folder)
     if not path.exists():
         sys.exit(f"by_unit: {path} does not exist (an `rlyard eval --trajectories` folder)")
     return {row["task_id"]: float(row.get("reward", 0.0)) >= 1.0 for row in read_jsonl(path) if not row.get("infra_error")}

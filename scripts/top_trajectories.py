@@ -15,11 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-from rlyard.observe.store import read_jsonl
+from rlyard.observe.store import read_jsonl, trajectories_file
 
 
 def rows_of(run: Path) -> list[dict]:
-    path = run if run.suffix == ".jsonl" else run / "trajectories.jsonl"
+    path = trajectories_file(run)
     if not path.exists():
         sys.exit(f"top_trajectories: {path} does not exist (a run folder or an `rlyard eval --trajectories` folder)")
     return [{**row, "_run": str(run)} for row in read_jsonl(path)]  # a cut last line skipped, corruption raises

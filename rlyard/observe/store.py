@@ -84,6 +84,13 @@ def _drop_partial_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def trajectories_file(path: Path) -> Path:
+    """The trajectories file `path` names: the jsonl file itself, or a run or evaluation folder
+    (anything not ending in .jsonl) holding trajectories.jsonl."""
+    path = Path(path)
+    return path if path.suffix == ".jsonl" else path / TRAJECTORIES_FILE
+
+
 class TrajectoryStore:
     """Every trajectory of a run, one readable jsonl row each, tagged with its step.
 
@@ -92,8 +99,7 @@ class TrajectoryStore:
     """
 
     def __init__(self, path: Path) -> None:
-        path = Path(path)
-        self.path = path if path.suffix == ".jsonl" else path / TRAJECTORIES_FILE
+        self.path = trajectories_file(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Healed on the first append rather than here: a viewer may open a store to read it
         # while the trainer is mid-write, and must not cut the trainer's line.
