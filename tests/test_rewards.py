@@ -227,3 +227,24 @@ def test_a_power_tower_cannot_stall_the_trainer():
 def test_a_power_tower_without_math_verify_is_not_a_number(monkeypatch):
     without_math_verify(monkeypatch)
     assert math_equal(["\\boxed{9^{9^{9^{9}}}}", "\\boxed{10^{100}}"], ["29", "1"]) == [0.0, 0.0]
+
+
+def test_what_the_isolated_function_prints_is_never_read_as_its_answer(tmp_path, monkeypatch):
+    """The child's answers are lines on its stdout pipe: a graded function (or a library it calls)
+    that prints, through Python or straight to fd 1, a fake answer line included, must neither be
+    read as an answer nor shift the next call's answer by a line (both happened before)."""
+    from rlyard.rewards.isolated import IsolatedFunction
+
+    (tmp_path / "noisy_grader.py").write_text(
+        "import os\nprint('noise at import')\n"
+        "def double(x):\n"
+        "    print('noise', x)\n"
+        "    print('{\"result\": 999}', flush=True)\n"
+        "    os.write(1, b'{\"result\": 998}\\n')\n"
+        "    return 2 * x\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    double = IsolatedFunction("noisy_grader:double", timeout_s=30)
+    try:
+        assert [double(x) for x in range(4)] == [0, 2, 4, 6]
+    finally:
+        double.close()
