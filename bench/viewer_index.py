@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import select
@@ -103,13 +104,13 @@ def free_port() -> int:
 def serve(run_dir: Path, port: int) -> tuple[subprocess.Popen, float]:
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "rlyard.cli", "view", str(run_dir), "--port", str(port), "--index",
-                             str(run_dir / "bench_index.sqlite")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    printed = ""
-    while "http://" not in printed:
-        if proc.poll() is not None:
-            raise SystemExit(f"rlyard view exited:\n{printed}{proc.stdout.read()}")
-        if select.select([proc.stdout], [], [], 0.5)[0]:
-            printed += proc.stdout.readline()
+                             str(run_dir / "bench_index.sqlite")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    printed = b""  # off the pipe's fd: readline would buffer lines that select() then never reports
+    while b"http://" not in printed:
+        chunk = os.read(proc.stdout.fileno(), 65536) if select.select([proc.stdout], [], [], 0.5)[0] else None
+        if chunk == b"" or proc.poll() is not None:
+            raise SystemExit(f"rlyard view exited:\n{printed.decode(errors='replace')}")
+        printed += chunk or b""
     for _ in range(100):  # uvicorn prints nothing at log level warning: wait until it answers
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/steps", timeout=5).read()

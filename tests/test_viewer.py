@@ -64,15 +64,26 @@ def free_port() -> int:
 
 def start_viewer(*args: str) -> tuple[subprocess.Popen, str]:
     """A `rlyard view` subprocess and all it printed up to its URL line."""
-    proc = subprocess.Popen(rlyard_command("view", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    printed, deadline = "", time.monotonic() + 60
-    while "http://" not in printed:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"rlyard view did not start:\n{printed}{proc.stdout.read()}")
-        if select.select([proc.stdout], [], [], 0.5)[0]:
-            printed += proc.stdout.readline()
+    proc = subprocess.Popen(rlyard_command("view", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    printed = read_until(proc, "http://", 60)
+    if "http://" not in printed:
+        proc.kill()
+        raise AssertionError(f"rlyard view did not start:\n{printed}")
     return proc, printed
+
+
+def read_until(proc: subprocess.Popen, marker: str, timeout_s: float) -> str:
+    """What the process printed up to `marker` (or its exit, or the timeout). Bytes straight off the
+    pipe: readline on the file object would buffer lines that select() then never reports, so a
+    URL line that arrives in one chunk with the lines before it was missed (a 60 s wait, seen)."""
+    printed, deadline = b"", time.monotonic() + timeout_s
+    while marker.encode() not in printed and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            printed += chunk
+    return printed.decode(errors="replace")
 
 
 def crafted_rows(tokenizer) -> list[dict]:
