@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import resource
-import select
 import socket
 import subprocess
 import sys
@@ -31,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from provenance import commit  # noqa: E402  (bench/ is on sys.path when a script runs)
 
 from rlyard.observe.viewer.index import TrajectoryIndex  # noqa: E402
+from rlyard.testing.loopback import read_until  # noqa: E402
 
 PROMPT = ("<|im_start|>system\nYou are an agent working in a folder of files. Tools: bash, grep, read_file, glob, submit. "
           + "Call a tool with <tool_call>{...}</tool_call>. " * 20 + "<|im_end|>\n<|im_start|>user\n"
@@ -105,12 +104,9 @@ def serve(run_dir: Path, port: int) -> tuple[subprocess.Popen, float]:
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "rlyard.cli", "view", str(run_dir), "--port", str(port), "--index",
                              str(run_dir / "bench_index.sqlite")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    printed = b""  # off the pipe's fd: readline would buffer lines that select() then never reports
-    while b"http://" not in printed:
-        chunk = os.read(proc.stdout.fileno(), 65536) if select.select([proc.stdout], [], [], 0.5)[0] else None
-        if chunk == b"" or proc.poll() is not None:
-            raise SystemExit(f"rlyard view exited:\n{printed.decode(errors='replace')}")
-        printed += chunk or b""
+    printed = read_until(proc, "http://")
+    if "http://" not in printed:
+        raise SystemExit(f"rlyard view exited:\n{printed}")
     for _ in range(100):  # uvicorn prints nothing at log level warning: wait until it answers
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/steps", timeout=5).read()

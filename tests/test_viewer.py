@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import select
 import socket
 import struct
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 
 from rlyard.observe.store import trajectory_row
 from rlyard.observe.viewer.index import TrajectoryIndex
+from rlyard.testing.loopback import read_until
 from rlyard.types import Trajectory
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -70,20 +70,6 @@ def start_viewer(*args: str) -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise AssertionError(f"rlyard view did not start:\n{printed}")
     return proc, printed
-
-
-def read_until(proc: subprocess.Popen, marker: str, timeout_s: float) -> str:
-    """What the process printed up to `marker` (or its exit, or the timeout). Bytes straight off the
-    pipe: readline on the file object would buffer lines that select() then never reports, so a
-    URL line that arrives in one chunk with the lines before it was missed (a 60 s wait, seen)."""
-    printed, deadline = b"", time.monotonic() + timeout_s
-    while marker.encode() not in printed and time.monotonic() < deadline:
-        if select.select([proc.stdout], [], [], 0.5)[0]:
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            printed += chunk
-    return printed.decode(errors="replace")
 
 
 def crafted_rows(tokenizer) -> list[dict]:
