@@ -4,6 +4,7 @@
     python bench/generation.py --batches 32 --new-tokens 64 --prompts shared --repeats 3
     python bench/generation.py --sides transformers rlyard   # leave out the int8 engine
     python bench/generation.py --sides rlyard vllm --vllm-python .venv-vllm/bin/python --batches 32 --repeats 3
+    python bench/generation.py --dtypes float32 bfloat16 --batches 32 --repeats 3 --vllm-python .venv-vllm/bin/python
 
 Greedy decoding with no stop token, so both produce exactly `--new-tokens` tokens per row and
 the figures compare decoding alone (in training, where replies stop early, rlyard also drops
@@ -22,6 +23,10 @@ the same settings and no LoRA (what the adapter costs). vLLM lives in its own vi
 (scripts/setup_vllm.sh), so that side runs as a subprocess of `--vllm-python`; without it (or
 when that interpreter is missing) the side is skipped with a message. Every side also reports
 its start-up: seconds from the fresh process's first import to an engine ready to sample.
+
+`--dtypes float32 bfloat16` measures every side with its weights in each dtype, in one run (the
+int8 side quantizes float32 weights, so it runs in float32 only). A bf16 matmul is native only on
+a CPU with AMX or AVX512-BF16 (the script prints which); elsewhere every side emulates it.
 
 Each measurement runs in a fresh process: one warm-up call, then `--repeats` timed calls, of
 which the median is reported. Memory is that process's peak RSS (VmHWM) over the timed calls,
@@ -67,7 +72,8 @@ def rss_mb(field: str) -> float:
     raise KeyError(field)
 
 
-def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: str, repeats: int, threads: int | None, queue) -> None:
+def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: str, repeats: int, threads: int | None,
+            dtype: str, queue) -> None:
     started_process = time.perf_counter()
     import torch
 
@@ -78,7 +84,7 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
-    tokenizer, model = load_tokenizer(model_name), load_model(model_name).eval()
+    tokenizer, model = load_tokenizer(model_name), load_model(model_name, dtype=dtype).eval()
     texts = [f"What is {10 + i}+{20 + 2 * i}?" for i in range(1 if shared else batch)]
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True, return_dict=False) for t in texts]
     if kind == "vllm":
@@ -86,7 +92,7 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
         from rlyard.models import add_lora, resolve_model_path
 
         policy = add_lora(model, VLLM_LORA_RANK, 2 * VLLM_LORA_RANK, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-        engine = VLLMEngine(resolve_model_path(model_name), policy, lora_rank=VLLM_LORA_RANK,
+        engine = VLLMEngine(resolve_model_path(model_name), policy, dtype=dtype, lora_rank=VLLM_LORA_RANK,
                             engine_options={"max_model_len": 1024})
         # greedy: vLLM refuses n > 1 (the engine would copy one reply), so a shared prompt is sent `batch`
         # times; vLLM's prefix cache prefills it once
@@ -100,7 +106,7 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
 
         for name, value in ENV_DEFAULTS.items():
             os.environ.setdefault(name, value)
-        llm = vllm.LLM(model=resolve_model_path(model_name), dtype="float32", seed=0, logprobs_mode="processed_logprobs",
+        llm = vllm.LLM(model=resolve_model_path(model_name), dtype=dtype, seed=0, logprobs_mode="processed_logprobs",
                        generation_config="vllm", max_model_len=1024)
         requests = [{"prompt_token_ids": p} for p in (prompts * batch if shared else prompts)]  # greedy: n must be 1
 
@@ -133,7 +139,7 @@ def measure(kind: str, batch: int, new_tokens: int, shared: bool, model_name: st
         seconds.append(time.perf_counter() - started)
     peak_mb = rss_mb("VmHWM")
     gap = logprob_gap(engine, model, prompts, batch if shared else 1) if kind == "rlyard-int8" else None
-    queue.put({"kind": kind, "batch": batch, "shared": shared, "new_tokens": new_tokens, "seconds": seconds,
+    queue.put({"kind": kind, "dtype": dtype, "batch": batch, "shared": shared, "new_tokens": new_tokens, "seconds": seconds,
                "tokens_per_s": batch * new_tokens / statistics.median(seconds), "peak_rss_mb": peak_mb,
                "repeat_tokens_per_s": [batch * new_tokens / s for s in seconds], "startup_s": startup_s,
                "peak_over_loaded_mb": max(0.0, peak_mb - loaded_mb), "threads": torch.get_num_threads(),
@@ -189,6 +195,8 @@ def main() -> None:
                         help="what to measure (default: all; vllm only with --vllm-python)")
     parser.add_argument("--vllm-python", help="the vLLM virtualenv's python (scripts/setup_vllm.sh: .venv-vllm/bin/python)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32"],
+                        help="the weights' dtype of every side, each in turn (default float32; int8 runs in float32 only)")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
@@ -199,24 +207,30 @@ def main() -> None:
               "(./scripts/setup_vllm.sh makes .venv-vllm/bin/python)")
         sides = [side for side in sides if side not in skipped]
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'batch':>5} {'prompts':>8} " + " ".join(f"{side + ' tok/s':>18}" for side in sides)
-          + " " + " ".join(f"{'x ' + side:>13}" for side in sides[1:]) + f" {'int8 gap':>8}  peak MB (+MB) per side")
+    if "bfloat16" in args.dtypes:
+        from rlyard.models.loading import native_bf16
+
+        print(f"bfloat16: {'native' if native_bf16('cpu')[0] else 'emulated'} here ({native_bf16('cpu')[1]})")
     rows = []
-    for batch in args.batches:
+    for dtype, batch in ((dtype, batch) for dtype in args.dtypes for batch in args.batches):
+        dtype_sides = [side for side in sides if dtype == "float32" or side != "rlyard-int8"]
+        if batch == args.batches[0]:
+            print(f"{'batch':>5} {'prompts':>8} {'weights':>8} " + " ".join(f"{side + ' tok/s':>18}" for side in dtype_sides)
+                  + " " + " ".join(f"{'x ' + side:>13}" for side in dtype_sides[1:]) + f" {'int8 gap':>8}  peak MB (+MB) per side")
         for shared in dict.fromkeys(p == "shared" and batch > 1 for p in args.prompts):
-            runs: dict[str, list[dict]] = {side: [] for side in sides}
+            runs: dict[str, list[dict]] = {side: [] for side in dtype_sides}
             for _ in range(args.rounds):
                 for kind, measured in runs.items():
                     measured.append(run_isolated(kind, batch, args.new_tokens, shared, args.model, args.repeats, args.threads,
-                                                 vllm_python=args.vllm_python))
+                                                 dtype, vllm_python=args.vllm_python))
             medians = {kind: {**r[0], "tokens_per_s": statistics.median(x["tokens_per_s"] for x in r), "rounds": [x["tokens_per_s"] for x in r],
                               "startup_s": statistics.median(x["startup_s"] for x in r), "startup_rounds": [x["startup_s"] for x in r],
                               "all_repeats_tokens_per_s": [v for x in r for v in x["repeat_tokens_per_s"]]}
                        for kind, r in runs.items()}
             rows += list(medians.values())
-            base = medians[sides[0]]["tokens_per_s"]
+            base = medians[dtype_sides[0]]["tokens_per_s"]
             gap = medians.get("rlyard-int8", {}).get("logprob_gap")
-            print(f"{batch:>5} {'1 shared' if shared else 'distinct':>8} "
+            print(f"{batch:>5} {'1 shared' if shared else 'distinct':>8} {dtype:>8} "
                   + " ".join(f"{m['tokens_per_s']:>18.1f}" for m in medians.values()) + " "
                   + " ".join(f"{m['tokens_per_s'] / base:>12.2f}x" for m in list(medians.values())[1:])
                   + f" {'-' if gap is None else format(gap, '.3f'):>8}  "
