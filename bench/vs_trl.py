@@ -51,7 +51,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from rlyard.config import DEFAULT_LORA_TARGETS, RunConfig, apply_overrides
-from rlyard.data import train_stream
+from rlyard.data import run_tasks
 from rlyard.engines import HFEngine
 from rlyard.envs import get_family
 from rlyard.models import load_model, load_tokenizer
@@ -101,8 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def train_tasks(args, family):
     """The exact task sequence rlyard's run draws (its TaskStream), so TRL sees the same prompts."""
     config = run_config(args, Path("unused"))
-    pool = family.make_tasks("train", config.env.train_size, config.env.seed, **config.env.options)
-    return train_stream(pool, config.env.seed, config.train.seed).next(args.steps * args.prompts)
+    return run_tasks(family, config.env, config.train.seed, args.steps * args.prompts)
 
 
 def run_config(args, run_dir: Path) -> RunConfig:

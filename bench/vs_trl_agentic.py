@@ -49,7 +49,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from rlyard.agent.loop import cut_middle
 from rlyard.config import load_config
-from rlyard.data import train_stream
+from rlyard.data import run_tasks
 from rlyard.envs import get_family
 from rlyard.models import load_model, load_tokenizer
 from provenance import scrub  # bench/ is on sys.path when a script runs
@@ -153,8 +153,7 @@ class FilesTools:
 
 def task_stream(config, family, count: int, train_seed: int):
     """The tasks rlyard's run draws with train.seed=train_seed (its TaskStream), in its order."""
-    pool = family.make_tasks("train", config.env.train_size, config.env.seed, **config.env.options)
-    return train_stream(pool, config.env.seed, train_seed).next(count)
+    return run_tasks(family, config.env, train_seed, count)
 
 
 def run_trl(args, config, model_dir: Path, work: Path) -> dict:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+from typing import Any
+
 from rlyard.types import Task
 
 
@@ -55,3 +57,15 @@ def train_stream(tasks: list[Task], env_seed: int, train_seed: int) -> TaskStrea
     """A run's train stream: the one door for the order a run draws its tasks in, so the benches
     that feed a peer rlyard's prompts draw them exactly as the run does."""
     return TaskStream(tasks, seed=stream_seed(env_seed, train_seed))
+
+
+def train_pool(family: Any, env: Any) -> list[Task]:
+    """The tasks a run trains on: `env.train_size` of the family's train split at `env.seed`, with
+    `env.options` (the run's `env` config section)."""
+    return family.make_tasks("train", env.train_size, env.seed, **env.options)
+
+
+def run_tasks(family: Any, env: Any, train_seed: int, count: int) -> list[Task]:
+    """The first `count` tasks a run with this `env` section and train.seed draws, in its order:
+    what a bench feeds a peer trainer so that both sides see the same prompts."""
+    return train_stream(train_pool(family, env), env.seed, train_seed).next(count)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rlyard.config import ConfigError, ModelConfig, RunConfig, engine_dtype, load_run_config, loss_constant, training_algo
-from rlyard.data import TaskStream, train_stream
+from rlyard.data import TaskStream, train_pool, train_stream
 from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
 from rlyard.models import TORCH_DTYPES, add_lora, autocast_choice, engine_dtype_choice, is_peft, load_model, load_tokenizer
@@ -84,7 +84,7 @@ def build(config: RunConfig, train: bool = True, model=None, adapter: bool | Non
         model = fsdp.shard_model(model)
     family = run_family(config)
     env_seed, options = config.env.seed, config.env.options
-    train_tasks = with_run_dir(family.make_tasks("train", config.env.train_size, env_seed, **options), run_dir) if train else []
+    train_tasks = with_run_dir(train_pool(family, config.env), run_dir) if train else []
     stream = train_stream(train_tasks, env_seed, config.train.seed) if train else None
     eval_tasks = with_run_dir(family.make_tasks("eval", config.eval.size, env_seed, **options), run_dir) if config.eval.size else []
     check_reward_arguments(config, train_tasks + eval_tasks)
