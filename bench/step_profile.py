@@ -2,6 +2,7 @@
 
     python bench/step_profile.py                      # vs_trl.py's settings, 12 steps, table + JSON
     python bench/step_profile.py --steps 6 --json bench/results/step_profile.json
+    python bench/step_profile.py --rlyard-set rollout.quantize=int8   # the int8 engine's step
 
 Runs rlyard's synchronous loop on `bench/vs_trl.py`'s settings (embedded SmolLM2-135M, LoRA r16,
 arith "+", 4 prompts x 8 completions, 32 tokens) and times each phase of every step by wrapping
@@ -98,10 +99,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12; step 1 is warm-up)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rlyard-set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides on top of vs_trl.py's settings (as vs_trl.py's --rlyard-set)")
     parser.add_argument("--json", help="write the profile here")
     args = parser.parse_args()
     settings = vs_trl_settings(["--steps", str(args.steps), "--seed", str(args.seed), "--threads", str(args.threads),
-                                "--eval-size", "0"])  # vs_trl.py's own defaults for everything else
+                                "--eval-size", "0", *(["--rlyard-set", *args.rlyard_set] if args.rlyard_set else [])])
     clock = PhaseClock()
     instrument(clock)
     from rlyard.orchestrate.entry import train
