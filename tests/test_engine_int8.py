@@ -77,6 +77,44 @@ def test_push_requantizes_changed_layers_and_the_tied_head(tiny_model, tokenizer
     assert torch.allclose(head.packed.weight().dequantize(), 2 * before, rtol=0.02, atol=1e-3)
 
 
+def test_a_lora_push_with_factors_swaps_the_low_rank_term_and_never_repacks(tiny_model, tokenizer, chat_prompts):
+    """With the factors, the first push re-packs the base (W - sBA) once; later pushes only swap
+    the factors, and the engine samples the pushed policy as closely as a full re-pack does."""
+    from rlyard.models import add_lora
+    from rlyard.models.lora import lora_factors, merged_weights
+
+    policy = add_lora(copy.deepcopy(tiny_model), 4, 8, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    with_factors, merged_only = (HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int8") for _ in range(2))
+    assert with_factors.takes_lora_factors
+    params = SamplingParams(temperature=0.9, max_new_tokens=8, seed=5)
+    for engine in (with_factors, merged_only):
+        engine.generate(chat_prompts, params, n=2)  # calibrate and pack
+    layers = with_factors.decoder.int8_projections
+    packs = {id(layer): layer.packed for layer in layers}
+    repacked = []
+    for layer in layers:
+        layer.quantize = (lambda original, layer=layer: lambda: (repacked.append(layer), original())[1])(layer.quantize)
+
+    torch.manual_seed(2)
+    for version in (1, 2, 3):
+        with torch.no_grad():
+            for name, param in policy.named_parameters():
+                if "lora_" in name:
+                    param.add_(0.5 * torch.randn_like(param))  # B starts at 0: the adapter moves the policy from push 1
+        repacked.clear()
+        with_factors.update_weights(version, merged_weights(policy) | lora_factors(policy))
+        merged_only.update_weights(version, merged_weights(policy))
+        assert len(repacked) == (8 if version == 1 else 0), (version, len(repacked))  # not the head: no LoRA there
+        assert all(layer.low_rank is not None for layer in layers[:8]) and layers[8].low_rank is None
+        groups = with_factors.generate(chat_prompts, params, n=2)
+        with policy.disable_adapter():
+            to_base = logprob_gap(policy, chat_prompts, groups, 0.9).mean()
+        to_policy = logprob_gap(policy, chat_prompts, groups, 0.9).mean()
+        reference = logprob_gap(policy, chat_prompts, merged_only.generate(chat_prompts, params, n=2), 0.9).mean()
+        assert to_policy < 0.05 and to_policy < 2 * reference + 1e-3 and to_base > 4 * to_policy, (version, to_policy, reference, to_base)
+    assert all(layer.packed is packs[id(layer)] for layer in layers)  # the same fbgemm layers, re-packed in place at most once
+
+
 def test_int8_needs_a_cpu_model_and_a_known_mode(tiny_model, tokenizer):
     with pytest.raises(ValueError, match="quantize must be one of"):
         HFEngine(copy.deepcopy(tiny_model), tokenizer.pad_token_id, quantize="int4")

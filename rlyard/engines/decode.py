@@ -103,11 +103,11 @@ class LeanDecoder:
                 if projection.packed is None:
                     projection.quantize()
 
-    def weights_changed(self, changed: set[int]) -> None:
-        """Re-pack the int8 projections that read any parameter whose id() is in `changed`."""
+    def weights_changed(self, changed: set[int], factors: dict | None = None) -> None:
+        """The int8 projections that read any parameter whose id() is in `changed` re-pack, or
+        only take new LoRA `factors` (by id() of a linear's weight: A, scaling * B)."""
         for projection in self.int8_projections:
-            if any(id(p) in changed for p in projection.params()):
-                projection.requantize()
+            projection.weights_changed(changed, factors or {})
 
 
 def attention_mask(key_mask: torch.Tensor | None, queries: int, keys: int, device) -> torch.Tensor | None:

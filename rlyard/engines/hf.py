@@ -25,6 +25,7 @@ from rlyard.engines.decode import LeanDecoder, lean_decode_support
 from rlyard.engines.prefix import CachedPrefix, PrefixStore, left_padded, row_prefix
 from rlyard.engines.quant import QUANTIZE_MODES
 from rlyard.models.loading import autocast
+from rlyard.models.lora import FACTOR_DOWN, FACTOR_UP
 from rlyard.types import Completion, SamplingParams
 
 
@@ -110,19 +111,33 @@ class HFEngine:
         self.defer_quantization = False
         self.prefix_store = PrefixStore(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
 
+    @property
+    def takes_lora_factors(self) -> bool:
+        """Whether a push should also carry the LoRA factors (models/lora.py `lora_factors`): the
+        int8 projections then keep their packed base and only swap the low-rank term."""
+        return self.decoder is not None and bool(self.decoder.int8_projections)
+
     def update_weights(self, version: int, state_dict: dict | None = None) -> None:
         """Copy `state_dict` (any subset of the weights) into the engine's model, in place; int8
-        layers are re-quantized from the pushed float weights."""
+        layers are re-quantized from the pushed float weights, or, for LoRA linears whose factors
+        come along (keys ending in FACTOR_DOWN / FACTOR_UP), take the new factors."""
         if state_dict:
             params = dict(self.model.named_parameters(remove_duplicate=False))  # tied weights keep both names
-            unknown = [name for name in state_dict if name not in params]
+            weights = {k: v for k, v in state_dict.items() if not k.endswith((FACTOR_DOWN, FACTOR_UP))}
+            factors = {}
+            for key in state_dict.keys() - weights.keys():
+                module = key.removesuffix(FACTOR_DOWN).removesuffix(FACTOR_UP)
+                if module + ".weight" not in params or module + FACTOR_DOWN not in state_dict or module + FACTOR_UP not in state_dict:
+                    raise KeyError(f"update_weights: {key} names no linear of the engine's model with both LoRA factors")
+                factors[id(params[module + ".weight"])] = (state_dict[module + FACTOR_DOWN], state_dict[module + FACTOR_UP])
+            unknown = [name for name in weights if name not in params]
             if unknown:
                 raise KeyError(f"update_weights: the engine's model has no weights named {unknown[:3]}")
             with torch.no_grad():
-                for name, tensor in state_dict.items():
+                for name, tensor in weights.items():
                     params[name].copy_(tensor)
             if self.decoder is not None:
-                self.decoder.weights_changed({id(params[name]) for name in state_dict})
+                self.decoder.weights_changed({id(params[name]) for name in weights}, factors)
         if self.prefix_store is not None:
             self.prefix_store.clear()  # keys of the old weights (also when the learner's model is ours)
         self.policy_version = version

@@ -13,6 +13,11 @@ is prefilled in fp32; each prompt's own tail and every decode step run in int8.
 
 The learner keeps fp32 weights; the remaining gap between the sampler's logprobs and the
 trainer's is what truncated importance sampling (`algo.tis_cap`) corrects.
+
+With LoRA the push also carries each adapted linear's factors (A and scaling * B). Re-packing
+every projection cost 1.4 s of a 8.1 s step (`bench/step_profile.py`), more than int8 decoding
+saved; so once a projection knows its factors it packs the base weight W - sBA once and adds the
+low-rank term x A^T (sB)^T in fp32 at each call, and a push only swaps the factors.
 """
 from __future__ import annotations
 
@@ -77,7 +82,9 @@ class Int8Projection(Projection):
         self.inverse_smooth: torch.Tensor | None = None
         self.smooth: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
-        self.packed = None  # the fbgemm int8 layer for W * s
+        self.packed = None  # the fbgemm int8 layer for W * s (W - sBA for a linear with factors)
+        self.factors: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(linears)  # per linear: A, sB
+        self.low_rank: tuple[torch.Tensor, torch.Tensor] | None = None  # every linear's factors as one A (R, in), B (out, R)
 
     def params(self) -> list[torch.nn.Parameter]:
         return [p for linear in self.linears for p in (linear.weight, linear.bias) if p is not None]
@@ -92,6 +99,9 @@ class Int8Projection(Projection):
         out = self.packed(scaled.div_(row_max)).mul_(row_max)
         if self.bias is not None:
             out = out.add_(self.bias)
+        if self.low_rank is not None:
+            down, up = self.low_rank
+            out = out.add_((x.float() @ down.t()) @ up.t())
         return list(out.split(self.sizes, dim=-1)) if len(self.sizes) > 1 else [out]
 
     @property
@@ -107,7 +117,7 @@ class Int8Projection(Projection):
         flight: a batch must not switch from fp32 to int8 between two layers, nor see a bias
         change under a re-pack.
         """
-        weight = torch.cat([linear.weight.detach().float() for linear in self.linears])
+        weight = torch.cat([self._base_weight(i) for i in range(len(self.linears))])
         if self.smooth is None:
             activation = self.input_absmax.clamp(min=1e-5)
             weight_max = weight.abs().amax(dim=0).clamp(min=1e-5)
@@ -121,9 +131,51 @@ class Int8Projection(Projection):
             packed = self.packed if self.packed is not None else _int8_linear_class()(
                 self.in_features, weight.shape[0], bias_=False, dtype=torch.qint8)
             packed.set_weight_bias(quantize_weight(weight * self.smooth), None)
+        self._gather_factors()
         self.packed = packed
 
     def requantize(self) -> None:
         """Re-pack after the float weights changed (no-op while still calibrating)."""
         if self.packed is not None:
             self.quantize()
+
+    def weights_changed(self, changed: set[int], factors: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """The float weights whose id() is in `changed` were replaced; `factors` (by id() of a
+        linear's weight) are the LoRA factors of the pushed weights. When every changed linear
+        already had factors and only its weight changed, the packed base stands: only the factors
+        move. Otherwise (full weights, a bias, a linear's first factors) it re-packs."""
+        touched = [i for i, linear in enumerate(self.linears) if any(id(p) in changed for p in (linear.weight, linear.bias) if p is not None)]
+        if not touched:
+            return
+        bias_changed = any(self.linears[i].bias is not None and id(self.linears[i].bias) in changed for i in touched)
+        fresh = {i: factors.get(id(self.linears[i].weight)) for i in touched}
+        swap_only = not bias_changed and all(fresh[i] is not None and self.factors[i] is not None for i in touched)
+        for i in touched:
+            self.factors[i] = fresh[i]
+        if swap_only and self.packed is not None:
+            self._gather_factors()
+        else:
+            self.requantize()
+
+    def _base_weight(self, index: int) -> torch.Tensor:
+        """The linear's weight without its LoRA term (the weight itself when it has no factors)."""
+        weight = self.linears[index].weight.detach().float()
+        if self.factors[index] is None:
+            return weight
+        down, up = self.factors[index]
+        return torch.addmm(weight, up.float(), down.float(), alpha=-1.0)
+
+    def _gather_factors(self) -> None:
+        """One (A, B) pair for the fused call: A stacks every linear's A, B is block-diagonal."""
+        present = [(i, f) for i, f in enumerate(self.factors) if f is not None]
+        if not present:
+            self.low_rank = None
+            return
+        starts = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        down = torch.cat([f[0].float() for _, f in present])
+        up = torch.zeros(sum(self.sizes), down.shape[0])
+        column = 0
+        for i, (_, b) in present:
+            up[starts[i] : starts[i] + self.sizes[i], column : column + b.shape[1]] = b.float()
+            column += b.shape[1]
+        self.low_rank = (down, up)

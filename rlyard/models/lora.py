@@ -84,6 +84,31 @@ def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
     model.save_pretrained(folder, save_embedding_layers=False, **({"state_dict": state_dict} if state_dict is not None else {}))
 
 
+# The keys of a LoRA linear's factors in a weight push: f"{module}{FACTOR_DOWN}" is A (r, in), f"{module}{FACTOR_UP}"
+# is scaling * B (out, r), so that W = base + up @ down. No plain model has parameters named so.
+FACTOR_DOWN, FACTOR_UP = ".lora_factor_down", ".lora_factor_up"
+
+
+@torch.no_grad()
+def lora_factors(model) -> dict[str, torch.Tensor]:
+    """Every LoRA-wrapped linear's factors, keyed as in the plain base model (FACTOR_DOWN / FACTOR_UP).
+
+    For an engine that keeps the base weights quantized and adds the low-rank term itself (the
+    int8 engine): with them a push need not re-pack what merged weights would force it to."""
+    from peft.tuners.lora import LoraLayer
+
+    factors, prefix = {}, "base_model.model."
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
+            active = [a for a in module.active_adapters if a in module.lora_A]
+            if len(active) != 1:
+                continue  # several adapters at once: the engine re-packs the merged weights instead
+            adapter, plain = active[0], name.removeprefix(prefix)
+            factors[plain + FACTOR_DOWN] = module.lora_A[adapter].weight.detach().float().clone()
+            factors[plain + FACTOR_UP] = module.lora_B[adapter].weight.detach().float() * module.scaling[adapter]
+    return factors
+
+
 @torch.no_grad()
 def merged_weights(model) -> dict[str, torch.Tensor]:
     """W + scale * B @ A for every LoRA-wrapped linear, keyed as in the plain base model.

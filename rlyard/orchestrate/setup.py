@@ -19,7 +19,7 @@ from rlyard.data import TaskStream, train_pool, train_stream
 from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
 from rlyard.envs import Family, get_family
 from rlyard.models import TORCH_DTYPES, add_lora, autocast_choice, engine_dtype_choice, is_peft, load_model, load_tokenizer
-from rlyard.models.lora import load_trainable_state_dict, merged_weights, trainable_state_dict
+from rlyard.models.lora import load_trainable_state_dict, lora_factors, merged_weights, trainable_state_dict
 from rlyard.models.templates import end_of_message_id
 from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
 from rlyard.train import Learner, find_checkpoint
@@ -248,13 +248,16 @@ def push_weights(c: "Components", version: int) -> None:
     """Give the engine the learner's current policy as `version`: nothing to copy when it samples
     from the learner's model itself (full fine-tuning in sync mode; the openai engine, which sends
     that model's adapter to its server), the adapter's own weights to an engine that `takes_adapter`
-    (the Ray fleet of vLLM actors), else merged LoRA weights or every weight."""
+    (the Ray fleet of vLLM actors), else merged LoRA weights (with the factors for an engine that
+    `takes_lora_factors`: the int8 engine) or every weight."""
     if getattr(c.engine, "model", None) is c.model:
         weights = None
     elif hasattr(c.learner, "rollout_weights"):  # sharded over several ranks: gathered here first
         weights = c.learner.rollout_weights(getattr(c.engine, "takes_adapter", False))
+    elif is_peft(c.model) and getattr(c.engine, "takes_adapter", False):
+        weights = trainable_state_dict(c.model)
     elif is_peft(c.model):
-        weights = trainable_state_dict(c.model) if getattr(c.engine, "takes_adapter", False) else merged_weights(c.model)
+        weights = merged_weights(c.model) | (lora_factors(c.model) if getattr(c.engine, "takes_lora_factors", False) else {})
     else:
         weights = {name: param.detach() for name, param in c.model.named_parameters()}
     c.engine.update_weights(version, weights)
