@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
-from provenance import scrub  # bench/ is on sys.path when a script runs
+from provenance import command_line, scrub  # bench/ is on sys.path when a script runs
 from vs_trl import machine, run_config
 from vs_trl import parse_args as vs_trl_settings
 
@@ -120,7 +120,7 @@ def main() -> None:
         print(f"{phase:18} {seconds:>8.3f} {seconds / mean_step:>7.1%}")
     print(f"{'step':18} {mean_step:>8.3f}")
     if args.json:
-        result = {"command": " ".join(["python", "bench/step_profile.py", *sys.argv[1:]]), "machine": machine(),
+        result = {"command": command_line(["python", "bench/step_profile.py", *sys.argv[1:]]), "machine": machine(),
                   "settings": vars(settings), "mean_step_seconds": mean_step, "phase_seconds": phases,
                   "phase_share": {phase: seconds / mean_step for phase, seconds in phases.items()}, "steps": clock.steps}
         Path(args.json).write_text(json.dumps(scrub(result), indent=2) + "\n")

@@ -202,6 +202,13 @@ def test_single_threaded_engine_still_quantises_after_its_first_batch(int8_engin
     assert all(p.packed is not None for p in int8_engine.decoder.int8_projections)
 
 
+def test_the_shared_engine_asks_for_lora_factors_as_its_engine_does(int8_engine, tiny_model, tokenizer):
+    """Async pushes go through SharedEngine: without passing the question on, every LoRA push to
+    the int8 engine would re-pack all its projections."""
+    assert SharedEngine(int8_engine).takes_lora_factors is True
+    assert SharedEngine(HFEngine(tiny_model, tokenizer.pad_token_id)).takes_lora_factors is False
+
+
 def test_async_training_with_int8_rollouts(tmp_path: Path, tiny_model_dir):
     config = load_config(None, [
         f"model.name={tiny_model_dir}", "env.name=toy", "env.train_size=8", "rollout.prompts_per_step=2", "rollout.n=4",

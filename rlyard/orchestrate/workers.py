@@ -70,6 +70,11 @@ class SharedEngine:
     def model(self):
         return self.engine.model
 
+    @property
+    def takes_lora_factors(self) -> bool:
+        """A push to the int8 engine carries the LoRA factors (setup.push_weights), as in sync runs."""
+        return getattr(self.engine, "takes_lora_factors", False)
+
     def metrics(self) -> dict[str, float]:
         """The engine's own counters (e.g. vLLM's merged calls), logged each step."""
         return self.engine.metrics() if hasattr(self.engine, "metrics") else {}
