@@ -6,7 +6,6 @@ resumed run draws exactly the batch the uninterrupted run would have drawn.
 from __future__ import annotations
 
 import random
-
 from typing import Any
 
 from rlyard.types import Task
