@@ -38,15 +38,22 @@ def rlyard_cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_smoke_command_of_cluster_md_then_eval_that_run(tiny_model_dir, tmp_path):
     """docs/cluster.md's one-machine command (a private Ray cluster started by the run; first in
-    this file, before the module's own cluster), on the tiny model; then `rlyard eval` on its very
-    run folder, with the CLI's own loaders. Resuming on Ray: the two-rank learner test."""
+    this file, before the module's own cluster) on the tiny model, with the dense file reward so
+    that every step trains: 2 rollout actors and a grader actor run the sync loop, every push
+    reaches both rollout actors (check_run), and the saved config resumes on Ray (resuming is the
+    two-rank learner test's). Then `rlyard eval` on that very run folder, with the CLI's loaders."""
     run_dir = tmp_path / "cli"
-    tiny = [f"model.name={tiny_model_dir}", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=2",
-            "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}"]
+    tiny = [f"model.name={tiny_model_dir}", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=4",
+            "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}",
+            "env.name=dataset", f"env.options={{path: {DATA / 'gsm8k_test_head30.jsonl'}, prompt_column: question}}",
+            f"env.reward={DATA / 'vowel_reward.py'}:vowel_share", "rollout.truncated_reward=null", "algo.tis_cap=10"]
     trained = rlyard_cli("train", "configs/quickstart.yaml", "orchestrate.backend=ray", "orchestrate.ray.rollout_workers=2", *tiny)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     assert "2 rollout actor(s), 1 grader actor(s) and the learner" in trained.stdout
-    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl") if "loss/policy" in m] == [1, 2]
+    assert "base model held-out" in trained.stdout and "final model held-out" in trained.stdout, trained.stdout[-2000:]
+    config = load_run_config(run_dir)
+    assert config.orchestrate.backend == "ray" and config.orchestrate.ray.rollout_workers == 2  # the saved config resumes on Ray
+    check_run(run_dir, config, 2)
     out = tmp_path / "eval.json"
     evaluated = rlyard_cli("eval", "--checkpoint", str(run_dir), "--output", str(out))
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
@@ -100,16 +107,6 @@ def check_run(run_dir: Path, config, steps: int) -> list[dict]:
     assert set(groups.values()) == {config.rollout.n}, groups  # no group split, lost or doubled
     assert (run_dir / "checkpoints" / f"step_{steps:06d}").is_dir()
     return metrics
-
-
-def test_sync_training_on_ray_end_to_end(local_ray, tiny_model_dir, tmp_path):
-    """Resuming a Ray run: the two-rank learner test (its second half resumes on two ranks)."""
-    run_dir = tmp_path / "sync"
-    config = ray_config(tiny_model_dir, run_dir)
-    result = train(config, run_dir)
-    assert result.steps == 3 and result.base_accuracy is not None and result.final_accuracy is not None
-    check_run(run_dir, config, 3)
-    assert load_run_config(run_dir).orchestrate.backend == "ray"  # the saved config resumes on Ray
 
 
 def test_async_multi_turn_training_on_ray_with_grader_actors(local_ray, tiny_model_dir, tmp_path):
