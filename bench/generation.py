@@ -210,7 +210,8 @@ def main() -> None:
     if "bfloat16" in args.dtypes:
         from rlyard.models.loading import native_bf16
 
-        print(f"bfloat16: {'native' if native_bf16('cpu')[0] else 'emulated'} here ({native_bf16('cpu')[1]})")
+        native, why = native_bf16("cpu")
+        print(f"bfloat16: {'native' if native else 'emulated'} here ({why})")
     rows = []
     for dtype, batch in ((dtype, batch) for dtype in args.dtypes for batch in args.batches):
         dtype_sides = [side for side in sides if dtype == "float32" or side != "rlyard-int8"]

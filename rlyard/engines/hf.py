@@ -125,10 +125,9 @@ class HFEngine:
             params = dict(self.model.named_parameters(remove_duplicate=False))  # tied weights keep both names
             weights = {k: v for k, v in state_dict.items() if not k.endswith((FACTOR_DOWN, FACTOR_UP))}
             factors = {}
-            for key in state_dict.keys() - weights.keys():
-                module = key.removesuffix(FACTOR_DOWN).removesuffix(FACTOR_UP)
+            for module in {k.removesuffix(FACTOR_DOWN).removesuffix(FACTOR_UP) for k in state_dict.keys() - weights.keys()}:
                 if module + ".weight" not in params or module + FACTOR_DOWN not in state_dict or module + FACTOR_UP not in state_dict:
-                    raise KeyError(f"update_weights: {key} names no linear of the engine's model with both LoRA factors")
+                    raise KeyError(f"update_weights: {module} is no linear of the engine's model with both LoRA factors")
                 factors[id(params[module + ".weight"])] = (state_dict[module + FACTOR_DOWN], state_dict[module + FACTOR_UP])
             unknown = [name for name in weights if name not in params]
             if unknown:

@@ -86,9 +86,6 @@ class Int8Projection(Projection):
         self.factors: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(linears)  # per linear: A, sB
         self.low_rank: tuple[torch.Tensor, torch.Tensor] | None = None  # every linear's factors as one A (R, in), B (out, R)
 
-    def params(self) -> list[torch.nn.Parameter]:
-        return [p for linear in self.linears for p in (linear.weight, linear.bias) if p is not None]
-
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.packed is None:
             flat = x.detach().reshape(-1, self.in_features).abs().amax(dim=0).float()

@@ -89,23 +89,29 @@ def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
 FACTOR_DOWN, FACTOR_UP = ".lora_factor_down", ".lora_factor_up"
 
 
+def adapted_linears(model):
+    """(name in the plain base model, LoRA layer, its active adapters with LoRA weights) for every
+    LoRA-wrapped linear: what `merged_weights` and `lora_factors` both read."""
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
+            yield name.removeprefix("base_model.model."), module, [a for a in module.active_adapters if a in module.lora_A]
+
+
 @torch.no_grad()
 def lora_factors(model) -> dict[str, torch.Tensor]:
     """Every LoRA-wrapped linear's factors, keyed as in the plain base model (FACTOR_DOWN / FACTOR_UP).
 
     For an engine that keeps the base weights quantized and adds the low-rank term itself (the
     int8 engine): with them a push need not re-pack what merged weights would force it to."""
-    from peft.tuners.lora import LoraLayer
-
-    factors, prefix = {}, "base_model.model."
-    for name, module in model.named_modules():
-        if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
-            active = [a for a in module.active_adapters if a in module.lora_A]
-            if len(active) != 1:
-                continue  # several adapters at once: the engine re-packs the merged weights instead
-            adapter, plain = active[0], name.removeprefix(prefix)
-            factors[plain + FACTOR_DOWN] = module.lora_A[adapter].weight.detach().float().clone()
-            factors[plain + FACTOR_UP] = module.lora_B[adapter].weight.detach().float() * module.scaling[adapter]
+    factors = {}
+    for plain, module, active in adapted_linears(model):
+        if len(active) != 1:
+            continue  # several adapters at once: the engine re-packs the merged weights instead
+        adapter = active[0]
+        factors[plain + FACTOR_DOWN] = module.lora_A[adapter].weight.detach().float().clone()
+        factors[plain + FACTOR_UP] = module.lora_B[adapter].weight.detach().float() * module.scaling[adapter]
     return factors
 
 
@@ -116,16 +122,11 @@ def merged_weights(model) -> dict[str, torch.Tensor]:
     This is what an inference engine with its own copy of the weights needs after each step;
     the learner's model is left untouched (no merge / unmerge drift).
     """
-    from peft.tuners.lora import LoraLayer
-
     merged = {}
-    prefix = "base_model.model."
-    for name, module in model.named_modules():
-        if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
-            weight = module.base_layer.weight.detach().clone()
-            for adapter in module.active_adapters:
-                if adapter in module.lora_A:  # plain B @ A: peft's get_delta_weight is ~50x slower on CPU
-                    lora_a, lora_b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
-                    weight.addmm_(lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=module.scaling[adapter])
-            merged[f"{name.removeprefix(prefix)}.weight"] = weight
+    for plain, module, active in adapted_linears(model):
+        weight = module.base_layer.weight.detach().clone()
+        for adapter in active:  # plain B @ A: peft's get_delta_weight is ~50x slower on CPU
+            lora_a, lora_b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
+            weight.addmm_(lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=module.scaling[adapter])
+        merged[f"{plain}.weight"] = weight
     return merged
