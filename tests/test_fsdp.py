@@ -111,8 +111,10 @@ def run_rank(rank: int, port: int, vocab_size: int, cases: list[Case], out_dir: 
             state = fsdp.full_state_dict(model)
             rollout = fsdp.rollout_weights(model)
             adapter = fsdp.rollout_weights(model, takes_adapter=True) if case.lora else {}
+            factors = fsdp.rollout_weights(model, takes_lora_factors=True) if case.lora else {}
             if rank == 0:
-                torch.save({"metrics": metrics, "grads": grads, "state": state, "rollout": rollout, "adapter": adapter},
+                torch.save({"metrics": metrics, "grads": grads, "state": state, "rollout": rollout, "adapter": adapter,
+                            "factors": factors},
                            os.path.join(out_dir, f"{k}.pt"))
         # Both ranks leave together: a rank that tore gloo down while rank 0 still saved died
         # once with SIGABRT ("terminate called without an active exception", the clean-clone run at e70d2f2).
@@ -138,13 +140,15 @@ def naive_step(vocab_size: int, case: Case) -> tuple[dict[str, torch.Tensor], fl
 def check_rollout_weights(got: dict, vocab_size: int, case: Case) -> None:
     """The weights for the engines are exactly what push_weights takes from an unsharded model
     holding the gathered state (which is compared with the single process's above)."""
-    from rlyard.models.lora import merged_weights, trainable_state_dict
+    from rlyard.models.lora import lora_factors, merged_weights, trainable_state_dict
 
     model = build_model(vocab_size, case.lora)
     missing, unexpected = model.load_state_dict(got["state"], strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)  # tied to the embedding
     if case.lora:
-        expected = {"rollout": merged_weights(model), "adapter": trainable_state_dict(model)}
+        expected = {"rollout": merged_weights(model), "adapter": trainable_state_dict(model),
+                    "factors": merged_weights(model) | lora_factors(model)}  # for the int8 engine: no re-pack on a push
+        assert len(expected["factors"]) == 3 * len(expected["rollout"])
     else:
         expected = {"rollout": {name: p.detach() for name, p in model.named_parameters()}}
     for kind, weights in expected.items():

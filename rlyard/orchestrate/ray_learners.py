@@ -88,11 +88,11 @@ class GroupLearner:
         metrics, _ = self._together(refs, lambda: self.local.train_step(b, a, step, s, r))
         return metrics  # the same global metrics on every rank
 
-    def rollout_weights(self, takes_adapter: bool) -> dict:
+    def rollout_weights(self, takes_adapter: bool, takes_lora_factors: bool = False) -> dict:
         from rlyard.train import fsdp
 
         return self._together([f.rollout_weights.remote(takes_adapter) for f in self.followers],
-                              lambda: fsdp.rollout_weights(self.model, takes_adapter=takes_adapter))[0]
+                              lambda: fsdp.rollout_weights(self.model, takes_adapter, takes_lora_factors))[0]
 
     def load_checkpoint(self, path) -> dict:
         from rlyard.train.checkpoint import load_checkpoint

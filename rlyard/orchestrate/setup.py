@@ -253,7 +253,8 @@ def push_weights(c: "Components", version: int) -> None:
     if getattr(c.engine, "model", None) is c.model:
         weights = None
     elif hasattr(c.learner, "rollout_weights"):  # sharded over several ranks: gathered here first
-        weights = c.learner.rollout_weights(getattr(c.engine, "takes_adapter", False))
+        weights = c.learner.rollout_weights(getattr(c.engine, "takes_adapter", False),
+                                            getattr(c.engine, "takes_lora_factors", False))
     elif is_peft(c.model) and getattr(c.engine, "takes_adapter", False):
         weights = trainable_state_dict(c.model)
     elif is_peft(c.model):

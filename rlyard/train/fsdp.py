@@ -162,12 +162,14 @@ def full_state_dict(model: nn.Module, trainable_only: bool = False) -> dict[str,
     return get_model_state_dict(model, options=options)
 
 
-def rollout_weights(model: nn.Module, takes_adapter: bool = False) -> dict[str, torch.Tensor]:
+def rollout_weights(model: nn.Module, takes_adapter: bool = False, takes_lora_factors: bool = False) -> dict[str, torch.Tensor]:
     """What `orchestrate.setup.push_weights` gives a rollout engine for an unsharded model, here
     gathered on rank 0 ({} on the others; a collective): with LoRA the adapter in peft's format
     when the engine `takes_adapter` (`lora.trainable_state_dict`), else the merged LoRA linears,
-    W + scale * B @ A keyed as in the plain model (`lora.merged_weights`); every parameter
-    without LoRA (`named_parameters`, a tied head once)."""
+    W + scale * B @ A keyed as in the plain model (`lora.merged_weights`), with each linear's
+    factors too when the engine `takes_lora_factors` (`lora.lora_factors`: the int8 engine then
+    swaps the low-rank term instead of re-packing); every parameter without LoRA
+    (`named_parameters`, a tied head once)."""
     peft = hasattr(model, "peft_config")
     state = full_state_dict(model, trainable_only=peft and takes_adapter)
     if not state:
@@ -178,16 +180,20 @@ def rollout_weights(model: nn.Module, takes_adapter: bool = False) -> dict[str, 
         from peft import get_peft_model_state_dict
 
         return get_peft_model_state_dict(model, state_dict=state, save_embedding_layers=False)
+    from rlyard.models.lora import FACTOR_DOWN, FACTOR_UP
+
     adapter = model.active_adapter
     scale = model.peft_config[adapter].lora_alpha / model.peft_config[adapter].r  # add_lora: no rslora, no patterns
-    merged = {}
+    weights = {}
     for key, weight in state.items():
         stem = key.removesuffix(".base_layer.weight")
         if key.endswith(".base_layer.weight") and f"{stem}.lora_A.{adapter}.weight" in state:
             lora_a, lora_b = state[f"{stem}.lora_A.{adapter}.weight"], state[f"{stem}.lora_B.{adapter}.weight"]
-            merged[f"{stem.removeprefix('base_model.model.')}.weight"] = weight.clone().addmm_(
-                lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=scale)
-    return merged
+            plain = stem.removeprefix("base_model.model.")
+            weights[f"{plain}.weight"] = weight.clone().addmm_(lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=scale)
+            if takes_lora_factors:
+                weights[plain + FACTOR_DOWN], weights[plain + FACTOR_UP] = lora_a.float().clone(), lora_b.float() * scale
+    return weights
 
 
 def _device(group: dist.ProcessGroup) -> torch.device:
