@@ -174,8 +174,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     greedy = not args.no_greedy
     config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [])
     tasks = components.eval_tasks
+    split = "eval split"
+    if args.split == "train":
+        from rlyard.data import run_tasks
+
+        tasks = run_tasks(components.family, config.env, config.train.seed, config.eval.size)
+        split = f"the first {len(tasks)} tasks of the train stream at train.seed={config.train.seed}"
     plays = ["greedy"] * greedy + ([f"{args.samples} samples each (pass@{args.k})"] if args.samples else [])
-    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} eval tasks: {' + '.join(plays)}", flush=True)
+    print(f"[rlyard] evaluating on {len(tasks)} {config.env.name} tasks ({split}): {' + '.join(plays)}", flush=True)
     bar = tqdm(total=len(tasks) * (int(greedy) + args.samples), unit="episode", desc="eval", dynamic_ncols=True,
                disable=not config.output.progress)
 
@@ -197,12 +203,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         bar.close()
     model_label = f"checkpoint {checkpoint}" if checkpoint else config.model.name
     width = max(12, *(len(key) for key in result))
-    print(f"\n{'model':<{width}} {model_label}\n{'env':<{width}} {config.env.name} (eval split, {len(tasks)} tasks)")
+    print(f"\n{'model':<{width}} {model_label}\n{'env':<{width}} {config.env.name} ({split}, {len(tasks)} tasks)")
     for key, value in result.items():
         print(f"{key:<{width}} {value:.4f}" if isinstance(value, float) else f"{key:<{width}} {value}")
     out = eval_output_path(args, config, checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": model_label, "env": config.env.name, **result}, indent=2))
+    out.write_text(json.dumps({"model": model_label, "env": config.env.name, "split": split, **result}, indent=2))
     print(f"saved {out}" + (f"; greedy episodes in {store.path} (rlyard view {store.path.parent})" if args.trajectories and greedy else "")
           + (f", sampled ones in {store.path.parent / 'sampled'}" if args.trajectories and args.samples else ""))
     return 0
@@ -365,6 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.name=countdown model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
     ev.add_argument("--checkpoint", metavar="RUN_DIR", help="a run folder (its latest checkpoint) or one checkpoint folder")
     ev.add_argument("--size", type=int, help="number of held-out tasks (default: eval.size)")
+    ev.add_argument("--split", choices=["eval", "train"], default="eval",
+                    help="eval (default): the held-out split; train: the first --size tasks of the train stream that "
+                         "train.seed draws, i.e. the tasks a run of that seed trained on first (with --checkpoint, "
+                         "its own run's), to tell a policy that learned its training tasks but not held-out ones "
+                         "from one that learned neither")
     ev.add_argument("--samples", type=int, default=0, help="samples per task for pass@k (0 = greedy only)")
     ev.add_argument("--k", type=int, default=1, help="k of pass@k (needs --samples >= k)")
     ev.add_argument("--no-greedy", action="store_true", help="only the sampled episodes (needs --samples): for a family "

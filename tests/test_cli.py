@@ -118,6 +118,27 @@ def test_eval_keeps_its_greedy_episodes_for_the_viewer(tiny_run, tmp_path, capsy
     assert "rlyard view" in capsys.readouterr().out
 
 
+def test_eval_on_the_train_split_plays_the_tasks_the_run_trained_on_first(tiny_run, tmp_path, capsys):
+    """--split train: the head of the run's own train stream (its env section and train.seed), in
+    its order: what its first steps sampled, never a held-out task."""
+    import json
+
+    from rlyard.config import load_config
+    from rlyard.data import run_tasks
+    from rlyard.envs import get_family
+
+    out, kept = tmp_path / "eval.json", tmp_path / "episodes"
+    assert main(["eval", "--checkpoint", str(tiny_run), "--split", "train", "--size", "3", "--output", str(out),
+                 "--trajectories", str(kept)]) == 0
+    config = load_config(tiny_run / "config.yaml")
+    trained = [task.id for task in run_tasks(get_family("toy"), config.env, config.train.seed, 3)]
+    rows = [json.loads(line) for line in (kept / "trajectories.jsonl").read_text().splitlines()]
+    assert [row["task_id"] for row in rows] == trained and all("-train-" in t for t in trained)
+    result = json.loads(out.read_text())
+    assert result["tasks"] == 3 and result["split"].startswith("the first 3 tasks of the train stream at train.seed=")
+    assert "train stream" in capsys.readouterr().out
+
+
 def test_eval_samples_report_the_sampled_episodes_means_and_keep_them(tiny_run, tmp_path):
     """--samples: sampled_mean_reward (and each sampled component's mean) is the mean over the
     sampled episodes kept in DIR/sampled/, computed again here from those rows."""
