@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("config", nargs="?", help="YAML config (default: configs/quickstart.yaml, here or shipped with rlyard)")
     ev.add_argument("overrides", nargs="*", help="dotted overrides, e.g. env.name=countdown model.name=HuggingFaceTB/SmolLM2-360M-Instruct")
     ev.add_argument("--checkpoint", metavar="RUN_DIR", help="a run folder (its latest checkpoint) or one checkpoint folder")
-    ev.add_argument("--size", type=int, help="number of held-out tasks (default: eval.size)")
+    ev.add_argument("--size", type=int, help="number of tasks, held-out or (--split train) of the train stream (default: eval.size)")
     ev.add_argument("--split", choices=["eval", "train"], default="eval",
                     help="eval (default): the held-out split; train: the first --size tasks of the train stream that "
                          "train.seed draws, i.e. the tasks a run of that seed trained on first (with --checkpoint, "
