@@ -89,6 +89,13 @@ def save_adapter(model, folder: Path, state_dict: dict | None = None) -> None:
 FACTOR_DOWN, FACTOR_UP = ".lora_factor_down", ".lora_factor_up"
 
 
+def factor_entries(plain: str, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float) -> dict[str, torch.Tensor]:
+    """One linear's factors as a push carries them: A and scale * B in fp32, under FACTOR_DOWN /
+    FACTOR_UP after its plain name (what the int8 engine reads); `lora_factors` and the sharded
+    learner's `fsdp.rollout_weights` both build them here."""
+    return {plain + FACTOR_DOWN: lora_a.detach().float().clone(), plain + FACTOR_UP: lora_b.detach().float() * scale}
+
+
 def adapted_linears(model):
     """(name in the plain base model, LoRA layer, its active adapters with LoRA weights) for every
     LoRA-wrapped linear: what `merged_weights` and `lora_factors` both read."""
@@ -110,8 +117,7 @@ def lora_factors(model) -> dict[str, torch.Tensor]:
         if len(active) != 1:
             continue  # several adapters at once: the engine re-packs the merged weights instead
         adapter = active[0]
-        factors[plain + FACTOR_DOWN] = module.lora_A[adapter].weight.detach().float().clone()
-        factors[plain + FACTOR_UP] = module.lora_B[adapter].weight.detach().float() * module.scaling[adapter]
+        factors |= factor_entries(plain, module.lora_A[adapter].weight, module.lora_B[adapter].weight, module.scaling[adapter])
     return factors
 
 

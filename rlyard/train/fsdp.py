@@ -180,7 +180,7 @@ def rollout_weights(model: nn.Module, takes_adapter: bool = False, takes_lora_fa
         from peft import get_peft_model_state_dict
 
         return get_peft_model_state_dict(model, state_dict=state, save_embedding_layers=False)
-    from rlyard.models.lora import FACTOR_DOWN, FACTOR_UP
+    from rlyard.models.lora import factor_entries
 
     adapter = model.active_adapter
     scale = model.peft_config[adapter].lora_alpha / model.peft_config[adapter].r  # add_lora: no rslora, no patterns
@@ -192,7 +192,7 @@ def rollout_weights(model: nn.Module, takes_adapter: bool = False, takes_lora_fa
             plain = stem.removeprefix("base_model.model.")
             weights[f"{plain}.weight"] = weight.clone().addmm_(lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=scale)
             if takes_lora_factors:
-                weights[plain + FACTOR_DOWN], weights[plain + FACTOR_UP] = lora_a.float().clone(), lora_b.float() * scale
+                weights |= factor_entries(plain, lora_a, lora_b, scale)
     return weights
 
 
