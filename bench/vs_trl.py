@@ -91,6 +91,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", choices=["trl", "rlyard"], help="run one side only (for debugging)")
     parser.add_argument("--rlyard-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides for rlyard's side only, e.g. rollout.quantize=int8 (default: none)")
+    parser.add_argument("--rescore", nargs="+", metavar="RUN_DIR",
+                        help="no training: score the last checkpoint of these rlyard runs of this bench as TRL's model is "
+                             "scored (merged, float32, greedy), next to the run's own final eval")
     parser.add_argument("--out", default="bench/results/vs_trl.json", help="JSON results (default bench/results/vs_trl.json)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -123,6 +126,8 @@ def run_config(args, run_dir: Path) -> RunConfig:
 
 
 def held_out_accuracy(model, tokenizer, family, args) -> float | None:
+    """Both sides' final score: a plain float32 model (LoRA merged) decoded greedily by rlyard's
+    evaluator, so that a setting of one side's sampler (e.g. rlyard's int8 engine) never scores it."""
     if not args.eval_size:
         return None
     tasks = family.make_tasks("eval", args.eval_size, 0, **ARITH_OPTIONS)
@@ -216,6 +221,8 @@ def timed_grpo(steps: list[dict]):
         def on_log(self, _args, state, control, logs=None, **kw):
             if logs and "reward" in logs and steps and steps[-1]["step"] == state.global_step:
                 steps[-1]["reward"] = logs["reward"]
+                if "entropy" in logs:
+                    steps[-1]["entropy"] = logs["entropy"]
                 if "tools/call_frequency" in logs:
                     steps[-1]["tool_calls_per_episode"] = logs["tools/call_frequency"]
 
@@ -254,10 +261,46 @@ def run_rlyard(args) -> dict:
     wall = time.perf_counter() - started
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [{"step": r["step"], "seconds": r["time/step"], "generate_seconds": r["time/generate"], "reward": r["reward/mean"],
-              "sampled_tokens": round(r["time/generate_tokens_per_s"] * r["time/generate"])}
+              "sampled_tokens": round(r["time/generate_tokens_per_s"] * r["time/generate"]),
+              "entropy": r.get("loss/entropy")}
              for r in rows if "time/step" in r]
     return {"steps": steps, "train_seconds": result.train_seconds, "wall_seconds": wall, "run_dir": str(run_dir),
-            "base_accuracy": result.base_accuracy, "final_accuracy": result.final_accuracy}
+            "base_accuracy": result.base_accuracy, "final_accuracy": checkpoint_accuracy(run_dir, args),
+            "final_accuracy_engine": result.final_accuracy}
+
+
+def checkpoint_accuracy(run_dir: Path, args) -> float | None:
+    """The run's last checkpoint scored as TRL's model is (`held_out_accuracy`). The run's own
+    final eval (`final_accuracy_engine`) decodes with the run's engine, e.g. int8 weights."""
+    from rlyard.export import run_checkpoint, trained_policy
+
+    if not args.eval_size:
+        return None
+    config, checkpoint = run_checkpoint(run_dir)
+    merged = trained_policy(config, checkpoint).merge_and_unload().eval()
+    accuracy = held_out_accuracy(merged, load_tokenizer(config.model.name), get_family("arith"), args)
+    del merged
+    gc.collect()
+    return accuracy
+
+
+def rescore(args) -> None:
+    """--rescore RUN_DIR...: score finished rlyard runs of this bench as TRL's model is scored."""
+    from rlyard.export import run_checkpoint
+
+    rows = []
+    for run_dir in map(Path, args.rescore):
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        engine = next((row["eval/accuracy"] for row in reversed(metrics) if "eval/accuracy" in row), None)
+        seed = run_checkpoint(run_dir)[0].train.seed
+        rows.append({"run": run_dir.name, "seed": seed, "final_accuracy": checkpoint_accuracy(run_dir, args),
+                     "final_accuracy_engine": engine})
+        print(f"{run_dir.name}: seed {seed}, merged float32 {rows[-1]['final_accuracy']:.1%}, "
+              f"the run's own eval {'-' if engine is None else format(engine, '.1%')}", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(scrub({"settings": vars(args), "machine": machine(), "runs": rows}), indent=2))
+    print(f"[vs_trl] wrote {out}")
 
 
 def summarise(run: dict, args) -> dict:
@@ -275,7 +318,7 @@ def summarise(run: dict, args) -> dict:
         "train_tokens_per_s": tokens / (sum(seconds) - generate) if sum(seconds) > generate else 0.0,
         "sampled_tokens_per_step": tokens / len(timed),
         "generate_share": generate / sum(seconds),
-        "rewards": rewards, "threshold_step": reached[0], "threshold_seconds": reached[1],
+        "rewards": rewards, "entropies": [s.get("entropy") for s in steps], "threshold_step": reached[0], "threshold_seconds": reached[1],
         "final_accuracy": run.get("final_accuracy"),
     }
 
@@ -371,6 +414,8 @@ def passthrough(args) -> list[str]:
 
 def main() -> None:
     args = parse_args()
+    if args.rescore:
+        return rescore(args)
     if args.seeds:
         return seed_sweep(args)
     results: dict = {"settings": vars(args), "machine": machine()}
