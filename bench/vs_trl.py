@@ -26,8 +26,11 @@ Timing: a step is the wall clock from sampling to the optimizer step (TRL: a Tra
 around each optimizer step; rlyard: its `time/step` metric). Generation time is TRL's
 `_generate_single_turn` (the `transformers.generate` call) and rlyard's `time/generate`;
 "training" is the rest of the step. Means exclude step 1 (warm-up). After training, both
-models are evaluated by rlyard's evaluator (greedy, same held-out tasks, same token budget):
-TRL's LoRA is merged into a plain model first, so the comparison runs identical code.
+models are evaluated by rlyard's evaluator (greedy, same held-out tasks, same token budget) on a
+plain float32 model with the LoRA merged (TRL's trainer model; rlyard's last checkpoint), so the
+comparison runs identical code whatever engine rlyard sampled with (the run's own eval, e.g. by
+int8 weights, is kept as `final_accuracy_engine`). `--rescore RUN_DIR...` scores finished rlyard
+runs of this bench that way.
 Prints a side-by-side table and writes everything to --out as JSON.
 """
 from __future__ import annotations
