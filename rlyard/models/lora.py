@@ -131,8 +131,13 @@ def merged_weights(model) -> dict[str, torch.Tensor]:
     merged = {}
     for plain, module, active in adapted_linears(model):
         weight = module.base_layer.weight.detach().clone()
-        for adapter in active:  # plain B @ A: peft's get_delta_weight is ~50x slower on CPU
-            lora_a, lora_b = module.lora_A[adapter].weight, module.lora_B[adapter].weight
-            weight.addmm_(lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=module.scaling[adapter])
+        for adapter in active:
+            add_low_rank_(weight, module.lora_A[adapter].weight, module.lora_B[adapter].weight, module.scaling[adapter])
         merged[f"{plain}.weight"] = weight
     return merged
+
+
+def add_low_rank_(weight: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float) -> torch.Tensor:
+    """weight += scale * B @ A in place, in weight's dtype and on its device: plain addmm, where
+    peft's get_delta_weight is ~50x slower on a CPU."""
+    return weight.addmm_(lora_b.to(weight), lora_a.to(weight), alpha=scale)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from rlyard.models.lora import add_low_rank_
 from rlyard.serve.schema import ApiError
 
 PREFIX = "base_model.model."
@@ -80,7 +81,7 @@ class Adapters:
                 weight = self.base[param].clone()
                 if param in factors:
                     lora_a, lora_b, scale = factors[param]
-                    weight.addmm_(lora_b.to(weight), lora_a.to(weight), alpha=scale)
+                    add_low_rank_(weight, lora_a, lora_b, scale)
                 weights[param] = weight
         self.engine.update_weights(self.engine.policy_version, weights)
         self.active = name

@@ -180,7 +180,7 @@ def rollout_weights(model: nn.Module, takes_adapter: bool = False, takes_lora_fa
         from peft import get_peft_model_state_dict
 
         return get_peft_model_state_dict(model, state_dict=state, save_embedding_layers=False)
-    from rlyard.models.lora import factor_entries
+    from rlyard.models.lora import add_low_rank_, factor_entries
 
     adapter = model.active_adapter
     scale = model.peft_config[adapter].lora_alpha / model.peft_config[adapter].r  # add_lora: no rslora, no patterns
@@ -190,7 +190,7 @@ def rollout_weights(model: nn.Module, takes_adapter: bool = False, takes_lora_fa
         if key.endswith(".base_layer.weight") and f"{stem}.lora_A.{adapter}.weight" in state:
             lora_a, lora_b = state[f"{stem}.lora_A.{adapter}.weight"], state[f"{stem}.lora_B.{adapter}.weight"]
             plain = stem.removeprefix("base_model.model.")
-            weights[f"{plain}.weight"] = weight.clone().addmm_(lora_b.to(weight.dtype), lora_a.to(weight.dtype), alpha=scale)
+            weights[f"{plain}.weight"] = add_low_rank_(weight.clone(), lora_a, lora_b, scale)
             if takes_lora_factors:
                 weights |= factor_entries(plain, lora_a, lora_b, scale)
     return weights
