@@ -97,8 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rescore", nargs="+", metavar="RUN_DIR",
                         help="no training: score the last checkpoint of these rlyard runs of this bench as TRL's model is "
                              "scored (merged, float32, greedy), next to the run's own final eval")
-    parser.add_argument("--out", default="bench/results/vs_trl.json", help="JSON results (default bench/results/vs_trl.json)")
+    parser.add_argument("--out", help="JSON results (default bench/results/vs_trl.json; with --rescore, vs_trl_rescored.json)")
     args = parser.parse_args(argv)
+    args.out = args.out or f"bench/results/{'vs_trl_rescored' if args.rescore else 'vs_trl'}.json"
     if args.quick:
         args.steps, args.eval_size = 2, min(args.eval_size, 20)
     return args
@@ -280,7 +281,8 @@ def checkpoint_accuracy(run_dir: Path, args) -> float | None:
     if not args.eval_size:
         return None
     config, checkpoint = run_checkpoint(run_dir)
-    merged = trained_policy(config, checkpoint).merge_and_unload().eval()
+    policy = trained_policy(config, checkpoint)
+    merged = (policy.merge_and_unload() if config.model.lora.enabled else policy).eval()
     accuracy = held_out_accuracy(merged, load_tokenizer(config.model.name), get_family("arith"), args)
     del merged
     gc.collect()
