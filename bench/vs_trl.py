@@ -57,7 +57,9 @@ from rlyard.config import DEFAULT_LORA_TARGETS, RunConfig, apply_overrides
 from rlyard.data import run_tasks
 from rlyard.engines import HFEngine
 from rlyard.envs import get_family
+from rlyard.export import run_checkpoint, trained_policy
 from rlyard.models import load_model, load_tokenizer
+from rlyard.observe.metrics import read_metrics
 from rlyard.orchestrate.evaluate import evaluate
 from rlyard.orchestrate.setup import stop_tokens
 from provenance import commit, scrub  # bench/ is on sys.path when a script runs
@@ -100,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", help="JSON results (default bench/results/vs_trl.json; with --rescore, vs_trl_rescored.json)")
     args = parser.parse_args(argv)
     args.out = args.out or f"bench/results/{'vs_trl_rescored' if args.rescore else 'vs_trl'}.json"
+    if args.rescore and args.eval_size < 1:
+        parser.error("--rescore scores held-out tasks: --eval-size must be at least 1")
     if args.quick:
         args.steps, args.eval_size = 2, min(args.eval_size, 20)
     return args
@@ -263,24 +267,21 @@ def run_rlyard(args) -> dict:
     started = time.perf_counter()
     result = train(run_config(args, run_dir), run_dir)
     wall = time.perf_counter() - started
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir / "metrics.jsonl")
     steps = [{"step": r["step"], "seconds": r["time/step"], "generate_seconds": r["time/generate"], "reward": r["reward/mean"],
               "sampled_tokens": round(r["time/generate_tokens_per_s"] * r["time/generate"]),
               "entropy": r.get("loss/entropy")}
              for r in rows if "time/step" in r]
     return {"steps": steps, "train_seconds": result.train_seconds, "wall_seconds": wall, "run_dir": str(run_dir),
-            "base_accuracy": result.base_accuracy, "final_accuracy": checkpoint_accuracy(run_dir, args),
+            "base_accuracy": result.base_accuracy, "final_accuracy": checkpoint_accuracy(*run_checkpoint(run_dir), args),
             "final_accuracy_engine": result.final_accuracy}
 
 
-def checkpoint_accuracy(run_dir: Path, args) -> float | None:
-    """The run's last checkpoint scored as TRL's model is (`held_out_accuracy`). The run's own
-    final eval (`final_accuracy_engine`) decodes with the run's engine, e.g. int8 weights."""
-    from rlyard.export import run_checkpoint, trained_policy
-
+def checkpoint_accuracy(config: RunConfig, checkpoint: Path, args) -> float | None:
+    """A run's checkpoint scored as TRL's model is (`held_out_accuracy`). The run's own final eval
+    (`final_accuracy_engine`) decodes with the run's engine, e.g. int8 weights."""
     if not args.eval_size:
         return None
-    config, checkpoint = run_checkpoint(run_dir)
     policy = trained_policy(config, checkpoint)
     merged = (policy.merge_and_unload() if config.model.lora.enabled else policy).eval()
     accuracy = held_out_accuracy(merged, load_tokenizer(config.model.name), get_family("arith"), args)
@@ -291,14 +292,13 @@ def checkpoint_accuracy(run_dir: Path, args) -> float | None:
 
 def rescore(args) -> None:
     """--rescore RUN_DIR...: score finished rlyard runs of this bench as TRL's model is scored."""
-    from rlyard.export import run_checkpoint
-
     rows = []
     for run_dir in map(Path, args.rescore):
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        config, checkpoint = run_checkpoint(run_dir)
+        metrics = read_metrics(run_dir / "metrics.jsonl")
         engine = next((row["eval/accuracy"] for row in reversed(metrics) if "eval/accuracy" in row), None)
-        seed = run_checkpoint(run_dir)[0].train.seed
-        rows.append({"run": run_dir.name, "seed": seed, "final_accuracy": checkpoint_accuracy(run_dir, args),
+        seed = config.train.seed
+        rows.append({"run": run_dir.name, "seed": seed, "final_accuracy": checkpoint_accuracy(config, checkpoint, args),
                      "final_accuracy_engine": engine})
         print(f"{run_dir.name}: seed {seed}, merged float32 {rows[-1]['final_accuracy']:.1%}, "
               f"the run's own eval {'-' if engine is None else format(engine, '.1%')}", flush=True)
