@@ -22,6 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from rlyard.cli import main as cli_main  # noqa: E402
 from rlyard.config import ConfigError, load_config, load_run_config  # noqa: E402
 from rlyard.envs import get_family  # noqa: E402
 from rlyard.orchestrate.entry import train  # noqa: E402
@@ -41,7 +42,8 @@ def test_cli_smoke_command_of_cluster_md_then_eval_that_run(tiny_model_dir, tmp_
     this file, before the module's own cluster) on the tiny model, with the dense file reward so
     that every step trains: 2 rollout actors and a grader actor run the sync loop, every push
     reaches both rollout actors (check_run), and the saved config resumes on Ray (resuming is the
-    two-rank learner test's). Then `rlyard eval` on that very run folder, with the CLI's loaders."""
+    two-rank learner test's). Then `rlyard eval` on that very run folder, through the CLI's own
+    `main` in this process (the loaders are the CLI's; a second process would only import torch again)."""
     run_dir = tmp_path / "cli"
     tiny = [f"model.name={tiny_model_dir}", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=4",
             "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}",
@@ -55,8 +57,7 @@ def test_cli_smoke_command_of_cluster_md_then_eval_that_run(tiny_model_dir, tmp_
     assert config.orchestrate.backend == "ray" and config.orchestrate.ray.rollout_workers == 2  # the saved config resumes on Ray
     check_run(run_dir, config, 2)
     out = tmp_path / "eval.json"
-    evaluated = rlyard_cli("eval", "--checkpoint", str(run_dir), "--output", str(out))
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert cli_main(["eval", "--checkpoint", str(run_dir), "--output", str(out)]) == 0
     assert json.loads(out.read_text())["tasks"] == 2
 
 

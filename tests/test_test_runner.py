@@ -42,12 +42,12 @@ def test_a_failing_suite_keeps_its_exit_code(tmp_path):
 def test_parallel_run_keeps_modules_whole_and_records_durations(tmp_path):
     out = tmp_path / "durations.json"
     spread = "tests/envs/test_general_tasks.py"  # one of conftest's SPREAD_MODULES: a test per unit of work
-    result = run(["tests/test_layout.py", "tests/test_lr_schedule.py", spread, "--durations-json", str(out), "-p", "no:cacheprovider",
+    result = run(["tests/test_layout.py", "tests/test_provenance.py", spread, "--durations-json", str(out), "-p", "no:cacheprovider",
                   "-v", "-v"], ROOT, RLYARD_TEST_WORKERS="2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["outcomes"].get("passed", 0) == record["tests"] > 0
-    assert set(record["module_seconds"]) == {"tests/test_layout.py", "tests/test_lr_schedule.py", spread}
+    assert set(record["module_seconds"]) == {"tests/test_layout.py", "tests/test_provenance.py", spread}
     assert all(row["seconds"] >= 0 for row in record["slowest"]) and len(record["slowest"]) <= 30
     spread_tests = record["spread_test_seconds"]  # conftest orders the spread module's tests by their own seconds
     assert spread_tests and all(t.startswith(spread + "::") for t in spread_tests)
