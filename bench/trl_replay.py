@@ -1,7 +1,7 @@
 """Replay TRL's exact GRPO batches through rlyard's learner and compare the LoRA weights step by step.
 
     python bench/trl_replay.py            # 4 TRL steps (about 2 minutes on 2 cores)
-    python bench/trl_replay.py --steps 8
+    python bench/trl_replay.py --steps 8 --seed 3     # writes bench/results/trl_replay.json
 
 TRL's GRPOTrainer runs `bench/vs_trl.py`'s settings (seed 0). A callback saves the LoRA weights
 before training and after every step, and the reward function records every completion. Then
@@ -16,6 +16,7 @@ same step given the same samples.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -34,11 +35,7 @@ from rlyard.types import Trajectory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vs_trl
-
-SETTINGS = {"model": "embedded", "prompts": 4, "n": 8, "max_new_tokens": 32, "lr": 5e-4, "temperature": 0.7, "lora_rank": 16,
-            "lora_alpha": 32, "micro_batch": 8, "truncated_reward": 0.0, "seed": 0, "threads": 2, "eval_size": 0,
-            "trl_gradient_checkpointing": False}
-
+from provenance import commit, scrub
 
 def lora_weights(model) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" in name}
@@ -69,10 +66,11 @@ def run_trl(args, tokenizer, family, tasks):
     return batches, weights
 
 
-def replay(args, tokenizer, tasks, batches, weights) -> None:
+def replay(args, tokenizer, tasks, batches, weights) -> list[dict]:
     model = add_lora(load_model(args.model), args.lora_rank, args.lora_alpha, 0.0, list(DEFAULT_LORA_TARGETS))
     params = dict(model.named_parameters())
     learner = Learner(model, AlgoConfig(lr=args.lr), args.temperature, args.micro_batch, args.max_new_tokens)
+    rows_out = []
     print(f"{'step':>4} {'reward':>7} {'grad norm':>10} {'max |rlyard - TRL|':>19} {'largest TRL move':>17}")
     for step, rows in enumerate(batches):
         with torch.no_grad():  # start each step from TRL's weights
@@ -95,19 +93,29 @@ def replay(args, tokenizer, tasks, batches, weights) -> None:
         moved = max(float((theirs[name] - before[name]).abs().max()) for name in ours)
         mean_reward = sum(t.reward for t in batch) / len(batch)
         print(f"{step + 1:>4} {mean_reward:>7.3f} {metrics['loss/grad_norm']:>10.4f} {gap:>19.3e} {moved:>17.3e}", flush=True)
+        rows_out.append({"step": step + 1, "reward_mean": mean_reward, "grad_norm": metrics["loss/grad_norm"],
+                         "max_abs_gap": gap, "largest_trl_move": moved})
+    return rows_out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=4, help="TRL steps to record and replay (default 4)")
-    args = argparse.Namespace(**SETTINGS, **vars(parser.parse_args()))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="bench/results/trl_replay.json")
+    own = parser.parse_args()
+    # bench/vs_trl.py's own defaults, so the replay never drifts from the comparison it explains
+    args = vs_trl.parse_args(["--steps", str(own.steps), "--seed", str(own.seed), "--eval-size", "0"])
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
     family, tokenizer = get_family("arith"), load_tokenizer(args.model)
     tasks = vs_trl.train_tasks(args, family)
     batches, weights = run_trl(args, tokenizer, family, tasks)
-    replay(args, tokenizer, tasks, batches, weights)
-
+    rows = replay(args, tokenizer, tasks, batches, weights)
+    out = Path(own.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(scrub({"commit": commit(), "settings": vars(args), "steps": rows}), indent=2))
+    print(f"[trl_replay] wrote {out}")
 
 if __name__ == "__main__":
     main()
