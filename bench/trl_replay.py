@@ -2,13 +2,14 @@
 
     python bench/trl_replay.py            # 4 TRL steps (about 2 minutes on 2 cores)
     python bench/trl_replay.py --steps 8 --seed 3     # writes bench/results/trl_replay.json
+    python bench/trl_replay.py --steps 12 --chain --out ...   # rlyard carries its own weights from step 1 on
 
-TRL's GRPOTrainer runs `bench/vs_trl.py`'s settings (seed 0). A callback saves the LoRA weights
-before training and after every step, and the reward function records every completion. Then
-rlyard's `Learner` starts from TRL's initial LoRA weights. For each step it trains on TRL's
-completions (rlyard's GRPO advantages, its own on-policy logprobs), and then compares its
-weights with TRL's after that step. Each step starts again from TRL's weights, so the
-differences do not add up.
+TRL's GRPOTrainer runs `bench/vs_trl.py`'s settings (its defaults; --seed, default 0). A
+callback saves the LoRA weights before training and after every step, and the reward function
+records every completion. Then rlyard's `Learner` starts from TRL's initial LoRA weights. For
+each step it trains on TRL's completions (rlyard's GRPO advantages, its own on-policy logprobs),
+and then compares its weights with TRL's after that step. Each step starts again from TRL's
+weights, so the differences do not add up; with --chain only the first does, so they may.
 
 This separates the update from the sampling: if the weights agree, the two learners do the
 same step given the same samples.
@@ -36,6 +37,7 @@ from rlyard.types import Trajectory
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vs_trl
 from provenance import commit, scrub
+
 
 def lora_weights(model) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" in name}
@@ -66,16 +68,19 @@ def run_trl(args, tokenizer, family, tasks):
     return batches, weights
 
 
-def replay(args, tokenizer, tasks, batches, weights) -> list[dict]:
+def replay(args, tokenizer, tasks, batches, weights, chain: bool = False) -> list[dict]:
+    """Each step from TRL's weights before it, or with `chain` only the first: then rlyard's weights
+    are its own after every step, and the gap shows whether rounding differences grow over a run."""
     model = add_lora(load_model(args.model), args.lora_rank, args.lora_alpha, 0.0, list(DEFAULT_LORA_TARGETS))
     params = dict(model.named_parameters())
     learner = Learner(model, AlgoConfig(lr=args.lr), args.temperature, args.micro_batch, args.max_new_tokens)
     rows_out = []
     print(f"{'step':>4} {'reward':>7} {'grad norm':>10} {'max |rlyard - TRL|':>19} {'largest TRL move':>17}")
     for step, rows in enumerate(batches):
-        with torch.no_grad():  # start each step from TRL's weights
-            for name, value in weights[step].items():
-                params[name].copy_(value)
+        if step == 0 or not chain:  # start each step (with chain: the first) from TRL's weights
+            with torch.no_grad():
+                for name, value in weights[step].items():
+                    params[name].copy_(value)
         model.eval()
         batch = []
         for index, ids, reward in rows:
@@ -102,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=4, help="TRL steps to record and replay (default 4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chain", action="store_true", help="start only step 1 from TRL's weights, then carry rlyard's own")
     parser.add_argument("--out", default="bench/results/trl_replay.json")
     own = parser.parse_args()
     # bench/vs_trl.py's own defaults, so the replay never drifts from the comparison it explains
@@ -111,11 +117,12 @@ def main() -> None:
     family, tokenizer = get_family("arith"), load_tokenizer(args.model)
     tasks = vs_trl.train_tasks(args, family)
     batches, weights = run_trl(args, tokenizer, family, tasks)
-    rows = replay(args, tokenizer, tasks, batches, weights)
+    rows = replay(args, tokenizer, tasks, batches, weights, own.chain)
     out = Path(own.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(scrub({"commit": commit(), "settings": vars(args), "steps": rows}), indent=2))
+    out.write_text(json.dumps(scrub({"commit": commit(), "settings": vars(args), "chain": own.chain, "steps": rows}), indent=2))
     print(f"[trl_replay] wrote {out}")
+
 
 if __name__ == "__main__":
     main()
