@@ -37,8 +37,7 @@ from rlyard.orchestrate.setup import stop_tokens
 from rlyard.train.logprobs import continuation_logprobs
 from rlyard.types import SamplingParams
 from provenance import commit, scrub  # bench/ is on sys.path when a script runs
-
-ARITH_OPTIONS = {"ops": "+", "min_value": 10, "max_value": 99}  # bench/vs_trl.py's
+from vs_trl import ARITH_OPTIONS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
