@@ -177,7 +177,7 @@ def test_a_page_allocating_4_gib_is_stopped_at_the_limit(browser, tmp_path):
     started = time.perf_counter()
     reward = grade_dist(site(tmp_path / "hog", HOG), payload(tmp_path), "hog")
     assert not reward.infra_error, reward.info
-    assert reward.value == 0.0 and reward.components["over_limit"] == 1.0, reward
+    assert reward.value == 0.0 and reward.components.get("over_limit") == 1.0, reward  # (a KeyError hid which check fired)
     assert "memory limit" in reward.info["reason"]
     assert time.perf_counter() - started < 60
     healthy = grade_dist(site(tmp_path / "ok", OK_PAGE), payload(tmp_path), "ok")
