@@ -30,14 +30,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from rlyard.engines import HFEngine
 from rlyard.envs import get_family
-from rlyard.export import run_checkpoint, trained_policy
+from rlyard.export import run_checkpoint
 from rlyard.models import load_model, load_tokenizer
 from rlyard.orchestrate.rollout import render_prompt
 from rlyard.orchestrate.setup import stop_tokens
 from rlyard.train.logprobs import continuation_logprobs
 from rlyard.types import SamplingParams
 from provenance import commit, scrub  # bench/ is on sys.path when a script runs
-from vs_trl import ARITH_OPTIONS
+from vs_trl import ARITH_OPTIONS, merged_policy
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,8 +57,7 @@ def policy(run: str | None):
     if run is None:
         return load_model("embedded").eval(), "embedded"
     config, checkpoint = run_checkpoint(Path(run))
-    model = trained_policy(config, checkpoint)
-    return (model.merge_and_unload() if config.model.lora.enabled else model).eval(), config.model.name
+    return merged_policy(config, checkpoint), config.model.name
 
 
 def rlyard_samples(model, tokenizer, prompts, args, stops) -> list[list[int]]:
@@ -101,8 +100,8 @@ def measure(model, tokenizer, family, tasks, prompts, samples, args, stops) -> d
                 rewards.append(family.verify(tokenizer.decode(ids, skip_special_tokens=True), tasks[p]).value if finished else 0.0)
     mean = sum(sums) / sum(lengths)  # per token; its standard error treats each sample as one draw (a ratio estimate)
     se = math.sqrt(sum((s - mean * n) ** 2 for s, n in zip(sums, lengths))) / sum(lengths)
-    return {"token_logprob_mean": mean, "token_logprob_se": se, "tokens": sum(lengths), "length_mean": statistics.fmean(lengths), "stopped": statistics.fmean(stopped),
-            "reward_mean": statistics.fmean(rewards), "reward_se": statistics.stdev(rewards) / math.sqrt(len(rewards)),
+    return {"token_logprob_mean": mean, "token_logprob_se": se, "tokens": sum(lengths), "length_mean": statistics.fmean(lengths),
+            "stopped": statistics.fmean(stopped), "reward_mean": statistics.fmean(rewards), "reward_se": statistics.stdev(rewards) / math.sqrt(len(rewards)),
             "samples": len(samples)}
 
 

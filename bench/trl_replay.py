@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 from rlyard.algos import grpo
-from rlyard.config import DEFAULT_LORA_TARGETS, AlgoConfig
+from rlyard.config import DEFAULT_LORA_TARGETS, training_algo
 from rlyard.envs import get_family
 from rlyard.models import add_lora, load_model, load_tokenizer
 from rlyard.orchestrate.rollout import render_prompt
@@ -73,7 +73,7 @@ def replay(args, tokenizer, tasks, batches, weights, chain: bool = False) -> lis
     are its own after every step, and the gap shows whether rounding differences grow over a run."""
     model = add_lora(load_model(args.model), args.lora_rank, args.lora_alpha, 0.0, list(DEFAULT_LORA_TARGETS))
     params = dict(model.named_parameters())
-    learner = Learner(model, AlgoConfig(lr=args.lr), args.temperature, args.micro_batch, args.max_new_tokens)
+    learner = Learner(model, training_algo(vs_trl.run_config(args, Path("unused"))), args.temperature, args.micro_batch, args.max_new_tokens)
     rows_out = []
     print(f"{'step':>4} {'reward':>7} {'grad norm':>10} {'max |rlyard - TRL|':>19} {'largest TRL move':>17}")
     for step, rows in enumerate(batches):

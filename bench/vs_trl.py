@@ -58,7 +58,7 @@ from rlyard.data import run_tasks
 from rlyard.engines import HFEngine
 from rlyard.envs import get_family
 from rlyard.export import run_checkpoint, trained_policy
-from rlyard.models import load_model, load_tokenizer
+from rlyard.models import is_peft, load_model, load_tokenizer
 from rlyard.observe.metrics import read_metrics
 from rlyard.orchestrate.evaluate import evaluate
 from rlyard.orchestrate.setup import stop_tokens
@@ -277,13 +277,18 @@ def run_rlyard(args) -> dict:
             "final_accuracy_engine": result.final_accuracy}
 
 
+def merged_policy(config: RunConfig, checkpoint: Path):
+    """A run's policy at `checkpoint` as one plain float32 model (LoRA merged; a full fine-tuning run as it is)."""
+    policy = trained_policy(config, checkpoint)
+    return (policy.merge_and_unload() if is_peft(policy) else policy).eval()
+
+
 def checkpoint_accuracy(config: RunConfig, checkpoint: Path, args) -> float | None:
     """A run's checkpoint scored as TRL's model is (`held_out_accuracy`). The run's own final eval
     (`final_accuracy_engine`) decodes with the run's engine, e.g. int8 weights."""
     if not args.eval_size:
         return None
-    policy = trained_policy(config, checkpoint)
-    merged = (policy.merge_and_unload() if config.model.lora.enabled else policy).eval()
+    merged = merged_policy(config, checkpoint)
     accuracy = held_out_accuracy(merged, load_tokenizer(config.model.name), get_family("arith"), args)
     del merged
     gc.collect()
