@@ -41,6 +41,7 @@ from rlyard.config import load_config
 from rlyard.envs.arith import make_tasks as arith_tasks
 from rlyard.envs.arith import verify as arith_verify
 from rlyard.envs import Family, StepResult, register
+from rlyard.observe.metrics import read_metrics
 from rlyard.orchestrate.entry import train
 from rlyard.types import Reward, Task
 from provenance import commit  # bench/ is on sys.path when a script runs
@@ -160,7 +161,7 @@ def run_mode(mode: str, args, model: str, root: Path) -> dict:
     outcome = train(config, run_dir)
     wall = outcome.train_seconds if args.task == "arith" else time.perf_counter() - started
     rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_metrics(run_dir / "metrics.jsonl")
     rewards = [m["reward/mean"] for m in metrics if "reward/mean" in m]
     k = max(1, len(rewards) // 4)
     result = {

@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
 sys.path.insert(0, str(ROOT / "bench"))
+from rlyard.observe.metrics import read_metrics  # noqa: E402
 DATA = ROOT / "tests" / "data"
 H200_PEAK_TFLOPS = 989.0  # dense bf16, NVIDIA's datasheet for the H100 / H200 SXM
 MFU_FORMULA = ("MFU = (6 * N * trained_tokens + 2 * N * generated_tokens) / seconds / peak; N = all parameters "
@@ -145,7 +146,7 @@ def part_grpo(args) -> dict:
     started = time.perf_counter()
     train(config, work / "run")
     wall = time.perf_counter() - started
-    rows = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(work / "run" / "metrics.jsonl")
     steps = [m for m in rows if "loss/policy" in m]
     per_step = []
     for m in steps:
@@ -228,7 +229,7 @@ def part_vllm(args) -> dict:
             "output.plot=false", "output.checkpoint_every=0", f"output.run_dir={run_dir}"])
         try:
             train(config, run_dir)
-            steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "loss/policy" in x]
+            steps = [m for m in read_metrics(run_dir / "metrics.jsonl") if "loss/policy" in m]
             gaps = [m.get("train/logprob_mismatch") for m in steps]
             runs[name] = {"status": "ok" if len(steps) == 3 else "fail", "logprob_mismatch_per_step": gaps}
         except Exception as e:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from rlyard.config import load_config
+from rlyard.observe.metrics import read_metrics
 from rlyard.orchestrate.entry import train
 from provenance import commit  # bench/ is on sys.path when a script runs
 
@@ -38,7 +39,7 @@ def main() -> None:
         started = time.perf_counter()
         result = train(config, Path(tmp) / "run")
         wall = time.perf_counter() - started
-        metrics = [json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+        metrics = read_metrics(Path(tmp) / "run" / "metrics.jsonl")
     steps = [m for m in metrics if "time/step" in m]
     rewards = [m["reward/mean"] for m in steps]
     blocks = {f"{i + 1}-{min(i + 10, len(rewards))}": statistics.fmean(rewards[i:i + 10]) for i in range(0, len(rewards), 10)}

@@ -25,9 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import commit  # bench/ is on sys.path when a script runs
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing it
+from provenance import commit  # noqa: E402  (bench/ is on sys.path when a script runs)
+from rlyard.observe.metrics import read_metrics  # noqa: E402
+
 ONE_RUN = """
 import json, sys, time
 started = time.perf_counter()
@@ -52,7 +54,7 @@ def one_run(backend: str, args, run_dir: Path) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"{backend} run failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
     result = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_metrics(run_dir / "metrics.jsonl")
     steps = [m for m in metrics if "time/step" in m]
     step_times = [m["time/step"] for m in steps]
     later = step_times[1:] or step_times

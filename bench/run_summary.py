@@ -10,14 +10,18 @@ import argparse
 import collections
 import json
 import os
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
+from rlyard.observe.metrics import read_metrics  # noqa: E402
 
 KEEP = ("step", "reward/mean", "reward/std", "eval/accuracy", "eval/mean_reward", "rollout/turns", "rollout/infra_errors",
         "rollout/tokens_mean", "time/step", "time/generate", "loss/policy")
 
 
 def summarise(run_dir: Path) -> dict:
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = read_metrics(run_dir / "metrics.jsonl")
     rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines() if line.strip()]
     finishes = collections.Counter(row["finish_reason"] for row in rows)
     components = collections.defaultdict(list)

@@ -52,6 +52,7 @@ from rlyard.config import load_config
 from rlyard.data import run_tasks
 from rlyard.envs import get_family
 from rlyard.models import load_model, load_tokenizer
+from rlyard.observe.metrics import read_metrics
 from provenance import scrub  # bench/ is on sys.path when a script runs
 from vs_trl import grpo_config, machine, time_to_threshold, timed_grpo
 
@@ -202,7 +203,7 @@ def run_rlyard(args, model_dir: Path, work: Path) -> dict:
                f"train.threads={args.threads}", f"train.micro_batch_size={args.micro_batch}", f"output.run_dir={run_dir}",
                "eval.at_start=false", "eval.at_end=false", "output.checkpoint_every=0")
     wall = time.perf_counter() - started
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir / "metrics.jsonl")
     steps = [{"step": r["step"], "seconds": r["time/step"], "generate_seconds": r["time/generate"], "reward": r["reward/mean"]}
              for r in rows if "time/step" in r]
     return {"steps": steps, "wall_seconds": wall, "policy": str(run_dir)}

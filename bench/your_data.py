@@ -21,6 +21,7 @@ from pathlib import Path
 
 from provenance import commit  # bench/ is on sys.path when a script runs
 from rlyard.config import load_config
+from rlyard.observe.metrics import read_metrics
 from rlyard.orchestrate.setup import run_family
 from rlyard.orchestrate.entry import train
 
@@ -36,7 +37,7 @@ def one_seed(seed: int, overrides: list[str]) -> dict:
         started = time.perf_counter()
         result = train(config, Path(tmp) / "run")
         wall = time.perf_counter() - started
-        metrics = [json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+        metrics = read_metrics(Path(tmp) / "run" / "metrics.jsonl")
     steps = [m for m in metrics if "time/step" in m]
     evals = [m for m in metrics if "eval/mean_reward" in m]
 
