@@ -1,6 +1,7 @@
 """rlyard's whole training loop in lockstep with one TRL run: same start, same random draws.
 
     python bench/trl_lockstep.py --seed 0        # 30 steps of bench/vs_trl.py's settings, float32
+    python bench/trl_lockstep.py --seed 0 --variant zero_grad_steps --trl-record trl0.pt   # keep TRL's run, reuse it
 
 bench/trl_replay.py showed that rlyard's learner takes TRL's step on TRL's batches, and
 bench/vs_trl_hybrid.py that rlyard's loop sampling with TRL's sampler still ends where rlyard's
@@ -39,6 +40,7 @@ from provenance import commit, scrub  # bench/ is on sys.path when a script runs
 from trl_replay import lora_weights
 from vs_trl import held_out_accuracy, parse_args, run_config, train_tasks, trl_setup
 from vs_trl_hybrid import GenerateEngine
+from vs_trl_variants import VARIANTS, apply
 
 
 def run_trl(args, family, tokenizer, tasks) -> dict:
@@ -134,24 +136,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--variant", choices=VARIANTS, default="none",
+                        help="rlyard's side with one of TRL's behaviours swapped in (bench/vs_trl_variants.py)")
+    parser.add_argument("--trl-record", type=Path,
+                        help="TRL's run is kept here (torch.save) and read back when the file exists, so that "
+                             "rlyard's variants follow one TRL run without running it again")
     parser.add_argument("--out", default="bench/results/trl_lockstep.json")
     own = parser.parse_args()
     args = parse_args(["--steps", str(own.steps), "--seed", str(own.seed)])  # bench/vs_trl.py's settings
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
     family, tokenizer = get_family("arith"), load_tokenizer(args.model)
-    trl = run_trl(args, family, tokenizer, train_tasks(args, family))
+    if own.trl_record and own.trl_record.exists():
+        trl = torch.load(own.trl_record, weights_only=False)
+    else:
+        trl = run_trl(args, family, tokenizer, train_tasks(args, family))
+        if own.trl_record:
+            torch.save(trl, own.trl_record)
+    apply(own.variant)
     print(f"[trl_lockstep] TRL: {len(trl['batches'])} batches, held-out {trl['accuracy']:.1%}; end tokens {trl['eos_token_ids']}", flush=True)
     engine = run_rlyard(args, trl, Path(tempfile.mkdtemp(prefix="trl_lockstep-")))
     rows = compare(trl, engine)
     accuracy = held_out_accuracy(engine.model.merge_and_unload().eval(), tokenizer, family, args)
     first = next((r["step"] for r in rows if r["same_completions"] < r["completions"]), None)
-    print(f"[trl_lockstep] held-out: TRL {trl['accuracy']:.1%}, rlyard in lockstep {accuracy:.1%}; first step with a "
+    print(f"[trl_lockstep] held-out: TRL {trl['accuracy']:.1%}, rlyard ({own.variant}) in lockstep {accuracy:.1%}; first step with a "
           f"different completion: {first}; same completions over the run "
           f"{statistics.fmean(r['same_completions'] / r['completions'] for r in rows):.1%}")
     out = Path(own.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(scrub({"commit": commit(), "settings": vars(args), "eos_token_ids": trl["eos_token_ids"],
+    out.write_text(json.dumps(scrub({"commit": commit(), "settings": vars(args), "variant": own.variant, "eos_token_ids": trl["eos_token_ids"],
                                      "trl_accuracy": trl["accuracy"], "rlyard_lockstep_accuracy": accuracy,
                                      "first_step_with_a_different_completion": first, "steps": rows}), indent=2))
     print(f"[trl_lockstep] wrote {out}")
