@@ -19,8 +19,12 @@ from rlyard.envs import Family, SingleTurnEnv, register
 from rlyard.types import Reward, Task
 
 # Tiny models on a small, possibly busy CPU: one thread avoids OpenMP spin-waiting, which made
-# each step ~10x slower next to a background job. RLYARD_TEST_THREADS overrides it.
-torch.set_num_threads(int(os.environ.get("RLYARD_TEST_THREADS", "1")))
+# each step ~10x slower next to a background job. RLYARD_TEST_THREADS overrides it. The processes
+# tests start (the CLI, harnesses, spawned ranks) inherit it too: each xdist worker already has
+# a core, and a child spinning two OpenMP threads beside it only takes turns with itself.
+TEST_THREADS = os.environ.get("RLYARD_TEST_THREADS", "1")
+torch.set_num_threads(int(TEST_THREADS))
+os.environ.setdefault("OMP_NUM_THREADS", TEST_THREADS)
 
 # --------------------------------------------------------------------------- toy environments
 # "toy": one prompt, reward 1 when the reply contains TOY_TARGET. Measured on the tiny random

@@ -55,11 +55,12 @@ def test_rlyard_train_on_the_mini_swe_agent_arm(tiny_model_dir, tmp_path, capsys
 @pytest.mark.embedded
 def test_rlyard_train_on_the_mini_swe_agent_arm_with_the_embedded_model(tmp_path, capsys):
     # one step of one 24-token turn (two turns of 48 took 92 s, the ~1,100-token prompt's training
-    # most of it): the tiny model's test above shows a second step on the pushed weights and a
-    # second turn; this one shows the real 135M model's replies going through the harness, the
-    # grader and the learner
+    # most of it), the adapter on the last two layers only, so backward stops there: the tiny
+    # model's test above shows a second step on the pushed weights and a second turn; this one
+    # shows the real 135M model's replies going through the harness, the grader and the learner
     run_dir = tmp_path / "run"
-    assert main(["train", "configs/code.yaml", *harness_overrides("embedded", run_dir, 24, steps=1), "agent.max_turns=1"]) == 0
+    overrides = [*harness_overrides("embedded", run_dir, 24, steps=1), "agent.max_turns=1", "model.lora.last_layers=2"]
+    assert main(["train", "configs/code.yaml", *overrides]) == 0
     assert "done: 1 steps" in capsys.readouterr().out
     check_run(run_dir, 24, steps=1)
 
