@@ -1,6 +1,7 @@
 """rlyard's training loop sampling with TRL's sampler: where do bench/vs_trl.py's two sides part?
 
     python bench/vs_trl_hybrid.py --seeds 0 1 2        # bench/vs_trl.py's settings, float32
+    python bench/vs_trl_hybrid.py --seeds 0 1 2 --variant zero_grad_steps   # and TRL's steps on zero gradients
 
 bench/vs_trl.py's float32 runs end about 9 points below TRL's held-out accuracy on a 2-core AMD
 machine, while each half, taken alone, matches TRL's: the update (bench/trl_replay.py: rlyard's
@@ -14,6 +15,7 @@ Scored as bench/vs_trl.py scores both sides (merged float32, greedy, 200 held-ou
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -28,6 +30,7 @@ from rlyard.engines.base import fold_seed
 from rlyard.types import Completion, SamplingParams
 from provenance import commit, scrub  # bench/ is on sys.path when a script runs
 from vs_trl import machine, parse_args, run_rlyard
+from vs_trl_variants import VARIANTS, apply
 
 
 class GenerateEngine:
@@ -77,13 +80,18 @@ def with_generate_engine():
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--variant", choices=VARIANTS, default="none",
+                     help="one of TRL's behaviours on rlyard's side too (bench/vs_trl_variants.py)")
+    extra, rest = own.parse_known_args(argv)
+    args = parse_args(rest)
+    apply(extra.variant)
     if args.out == "bench/results/vs_trl.json":  # vs_trl.py's default: never overwrite its figures
         args.out = "bench/results/vs_trl_hybrid.json"
     args.rlyard_set = ["eval.at_start=false", *args.rlyard_set]  # the base model's score is vs_trl.py's
     with_generate_engine()
     seeds = args.seeds or [args.seed]
-    results: dict = {"settings": vars(args), "machine": machine(), "commit": commit(), "seeds": {}}
+    results: dict = {"settings": vars(args), "variant": extra.variant, "machine": machine(), "commit": commit(), "seeds": {}}
     for seed in seeds:
         args.seed = seed
         started = time.perf_counter()
