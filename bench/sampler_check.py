@@ -38,6 +38,7 @@ from rlyard.train.logprobs import continuation_logprobs
 from rlyard.types import SamplingParams
 from provenance import commit, scrub  # bench/ is on sys.path when a script runs
 from vs_trl import ARITH_OPTIONS, merged_policy
+from vs_trl_hybrid import GenerateEngine
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,22 +68,12 @@ def rlyard_samples(model, tokenizer, prompts, args, stops) -> list[list[int]]:
 
 
 def generate_samples(model, tokenizer, prompts, args, stops) -> list[list[int]]:
-    """transformers' generate as TRL 1.16's GRPOTrainer calls it, one prompt's samples a batch."""
-    from transformers import GenerationConfig
-
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, do_sample=True, pad_token_id=tokenizer.pad_token_id,
-                              eos_token_id=list(stops), temperature=args.temperature, top_p=1.0, top_k=0, min_p=None,
-                              repetition_penalty=1.0, disable_compile=True)
+    """transformers' generate as TRL 1.16's GRPOTrainer calls it (vs_trl_hybrid.GenerateEngine),
+    one prompt's samples a batch, from the global RNG seeded once."""
+    engine = GenerateEngine(model, tokenizer.pad_token_id)
+    params = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens, stop_token_ids=stops)
     torch.manual_seed(args.seed)
-    out = []
-    with torch.no_grad():
-        for prompt in prompts:
-            ids = torch.tensor([prompt] * args.samples)
-            rows = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)[:, len(prompt):]
-            for row in rows.tolist():
-                cut = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
-                out.append(row[:cut])
-    return out
+    return [c.token_ids for prompt in prompts for c in engine.generate([prompt], params, n=args.samples)[0]]
 
 
 def measure(model, tokenizer, family, tasks, prompts, samples, args, stops) -> dict:

@@ -33,45 +33,26 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing it
 import rlyard.orchestrate.setup as setup
 from rlyard.envs import get_family
-from rlyard.models import load_model, load_tokenizer
+from rlyard.models import load_tokenizer
 from rlyard.orchestrate.entry import train
 from rlyard.types import Completion, SamplingParams
 from provenance import commit, scrub  # bench/ is on sys.path when a script runs
+import trl_replay
 from trl_replay import lora_weights
-from vs_trl import held_out_accuracy, parse_args, run_config, train_tasks, trl_setup
+from vs_trl import held_out_accuracy, parse_args, run_config, train_tasks
 from vs_trl_hybrid import GenerateEngine
 from vs_trl_variants import VARIANTS, apply
 
 
 def run_trl(args, family, tokenizer, tasks) -> dict:
-    """TRL's run, recording what rlyard needs to follow it and TRL's own held-out score."""
-    from transformers import TrainerCallback
-    from trl import GRPOTrainer
-
-    record: dict = {"batches": [], "weights": [], "rng_states": []}
-
-    class Recording(GRPOTrainer):
-        def _generate_single_turn(self, *a, **k):
-            record["rng_states"].append(torch.get_rng_state())
-            return super()._generate_single_turn(*a, **k)
-
-    class Snapshots(TrainerCallback):
-        def on_train_begin(self, _args, state, control, model=None, **kw):
-            record["weights"].append(lora_weights(model))
-
-        def on_step_end(self, _args, state, control, model=None, **kw):
-            record["weights"].append(lora_weights(model))
-
-    def on_rewards(task_indices, completion_ids, rewards):
-        record["batches"].append([list(ids) for ids in completion_ids])
-
-    torch.manual_seed(args.seed)
-    trainer = Recording(model=load_model(args.model), callbacks=[Snapshots()],
-                        **trl_setup(args, family, tokenizer, tasks, on_rewards=on_rewards))
-    trainer.train()
-    record["eos_token_ids"] = list(trainer.eos_token_ids)
-    record["accuracy"] = held_out_accuracy(trainer.model.merge_and_unload().eval(), tokenizer, family, args)
-    return record
+    """TRL's run as bench/trl_replay.py records it, kept to what rlyard needs to follow it (no
+    trainer: it is saved with --trl-record), with TRL's end tokens and its own held-out score."""
+    run = trl_replay.run_trl(args, tokenizer, family, tasks)
+    trainer = run.pop("trainer")
+    run["batches"] = [[ids for _index, ids, _reward in batch] for batch in run["batches"]]
+    run["eos_token_ids"] = list(trainer.eos_token_ids)
+    run["accuracy"] = held_out_accuracy(trainer.model.merge_and_unload().eval(), tokenizer, family, args)
+    return run
 
 
 class LockstepEngine(GenerateEngine):

@@ -43,29 +43,35 @@ def lora_weights(model) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters() if "lora_" in name}
 
 
-def run_trl(args, tokenizer, family, tasks):
-    """TRL's steps, returning the completions of each step and the LoRA weights before / after each."""
+def run_trl(args, tokenizer, family, tasks) -> dict:
+    """TRL's run, recorded: each step's completions (task index, ids, reward), the LoRA weights
+    before training and after each step, the torch RNG state at each `generate` call (what
+    bench/trl_lockstep.py replays), and the trainer itself."""
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    batches: list[list[tuple[int, list[int], float]]] = []
-    weights: list[dict[str, torch.Tensor]] = []
+    run: dict = {"batches": [], "weights": [], "rng_states": []}
+
+    class Recording(GRPOTrainer):
+        def _generate_single_turn(self, *a, **k):
+            run["rng_states"].append(torch.get_rng_state())
+            return super()._generate_single_turn(*a, **k)
 
     def record(task_indices, completion_ids, rewards):
-        batches.append([(index, list(ids), r) for index, ids, r in zip(task_indices, completion_ids, rewards)])
+        run["batches"].append([(index, list(ids), r) for index, ids, r in zip(task_indices, completion_ids, rewards)])
 
     class Snapshots(TrainerCallback):
         def on_train_begin(self, _args, state, control, model=None, **kw):
-            weights.append(lora_weights(model))
+            run["weights"].append(lora_weights(model))
 
         def on_step_end(self, _args, state, control, model=None, **kw):
-            weights.append(lora_weights(model))
+            run["weights"].append(lora_weights(model))
 
     torch.manual_seed(args.seed)
-    trainer = GRPOTrainer(model=load_model(args.model), callbacks=[Snapshots()],
-                          **vs_trl.trl_setup(args, family, tokenizer, tasks, on_rewards=record))
-    trainer.train()
-    return batches, weights
+    run["trainer"] = Recording(model=load_model(args.model), callbacks=[Snapshots()],
+                               **vs_trl.trl_setup(args, family, tokenizer, tasks, on_rewards=record))
+    run["trainer"].train()
+    return run
 
 
 def replay(args, tokenizer, tasks, batches, weights, chain: bool = False) -> list[dict]:
@@ -116,8 +122,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     family, tokenizer = get_family("arith"), load_tokenizer(args.model)
     tasks = vs_trl.train_tasks(args, family)
-    batches, weights = run_trl(args, tokenizer, family, tasks)
-    rows = replay(args, tokenizer, tasks, batches, weights, own.chain)
+    trl = run_trl(args, tokenizer, family, tasks)
+    rows = replay(args, tokenizer, tasks, trl["batches"], trl["weights"], own.chain)
     out = Path(own.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(scrub({"commit": commit(), "settings": vars(args), "chain": own.chain, "steps": rows}), indent=2))
