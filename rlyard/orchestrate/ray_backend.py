@@ -88,19 +88,6 @@ def wait_for(ray, group, config: RunConfig, timeout_s: float = 600.0, every_s: f
 
 
 RUN_DIR_VARIABLE = "RLYARD_RUN_DIR"
-NICENESS_VARIABLE = "RAY_worker_niceness"
-
-
-def start_local_cluster(num_cpus: int, **options) -> None:
-    """A private Ray cluster on this machine whose actors run at the run's own priority.
-
-    Ray starts its workers at nice 15 (`RAY_worker_niceness`), under anything else on the
-    machine: with two busy processes beside it on 2 cores, the actors of a two-rank run got 6% of a
-    core each and took minutes to import torch. The actors are the run here, so they start at
-    nice 0 unless the user set `RAY_worker_niceness` themselves."""
-    ray = import_ray()
-    os.environ.setdefault(NICENESS_VARIABLE, "0")  # the raylet reads it when ray.init starts it
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, **options)
 
 
 def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
@@ -114,7 +101,8 @@ def train_on_ray(config: RunConfig, run_dir: Path, resume: bool = False):
         if r.address is None:
             wanted = sum(b.get("CPU", 0.0) for b in bundles(config))
             # logical CPUs are Ray's bookkeeping: a laptop may host a bigger reservation than it has cores
-            start_local_cluster(num_cpus=max(os.cpu_count() or 1, math.ceil(wanted)), namespace=namespace)
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(wanted)), include_dashboard=False, namespace=namespace,
+                     log_to_driver=True)
         else:
             ray.init(address=r.address, namespace=namespace, log_to_driver=True)
     actors: list = []

@@ -67,9 +67,12 @@ def _meta(name: str) -> dict:
     return json.loads((BUILTIN / name / "target.json").read_text())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built(tmp_path_factory) -> dict[str, Path]:
-    """Every target built once, two builds at a time (each gcc -fsanitize build takes ~0.5 s)."""
+    """Every target built once per process, two builds at a time (each gcc -fsanitize build takes
+    ~0.5 s). Session-scoped: the suite spreads this module's tests among other modules' on each
+    worker, and a module-scoped fixture is torn down whenever the next test is another module's;
+    it was built again 23 times (106 s of a run at 002f951, against 9 s for the module alone)."""
     if shutil.which(CC) is None:
         pytest.skip(f"{CC} is not installed")
     root = tmp_path_factory.mktemp("cyber_targets")
