@@ -42,8 +42,8 @@ def test_cli_smoke_command_of_cluster_md_then_eval_that_run(tiny_model_dir, tmp_
     this file, before the module's own cluster) on the tiny model, with the dense file reward so
     that every step trains: 2 rollout actors and a grader actor run the sync loop, every push
     reaches both rollout actors (check_run), and the saved config names Ray, so `--resume` runs on
-    Ray again (a resumed sharded learner's state: test_fsdp.py's round trip). Then `rlyard eval` on that very run folder, through the CLI's own
-    `main` in this process (the loaders are the CLI's; a second process would only import torch again)."""
+    Ray again (a resumed sharded learner's state: test_fsdp.py's round trip). Then `rlyard eval` on
+    that very run folder, through the CLI's own `main` in this process (the loaders are the CLI's; a second process would only import torch again)."""
     run_dir = tmp_path / "cli"
     tiny = [f"model.name={tiny_model_dir}", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=4",
             "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}",
