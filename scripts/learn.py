@@ -20,19 +20,22 @@ default "success mean_reward"; any key of the eval results, or gate_pass / const
 their sampled_ forms). Run again with the same OUT, the recipe keeps the stages that finished
 (`stage_seconds.json`) and goes on from the first that did not.
 
-Every stage is an `rlyard` command a user could type; this file only runs them in order, times
+Every stage is an `rlyard` command a user could type (the recipe prints each one and runs it
+through the CLI's `main` in its own process); this file only runs them in order, times
 them and writes `summary.json` in the shape shared by every family (DESIGN.md, "Every family
 learns"): `{"commit", "machine", "stages": {"base": {"success", "mean_reward", "seconds", ...},
 "sft": ..., "rl_seed0": ...}}` (with SEEDS "sft_seed0" ... instead of "sft"), all held-out; greedy, and sampled too with EVAL_SAMPLES.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import json
 import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,16 +50,28 @@ from rlyard.observe.store import write_atomic  # noqa: E402
 
 
 def rlyard(*args: str) -> None:
-    """One stage; its output goes straight to the terminal, and a failure stops the recipe."""
-    print(f"$ rlyard {' '.join(shlex.quote(a) for a in args)}", flush=True)
-    subprocess.run(["rlyard", *args], check=True)
+    """One stage, as `rlyard ARGS` runs it: the CLI's own `main`, in this process (a process per
+    stage paid 7 to 9 s of importing torch, transformers and peft again, most of a tiny recipe's
+    time); its output goes straight to the terminal, and a failure stops the recipe."""
+    from rlyard.cli import main
+
+    command = f"rlyard {' '.join(shlex.quote(a) for a in args)}"
+    print(f"$ {command}", flush=True)
+    code = main(list(args))
+    gc.collect()  # the stage's model and engine, before the next stage loads its own
+    if code:
+        sys.exit(f"learn: `{command}` exited {code}")
 
 
 def resolved_config(config: str, overrides: list[str]) -> dict:
-    done = subprocess.run(["rlyard", "train", config, *overrides, "--print-config"], capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"learn: the config does not resolve:\n{done.stderr or done.stdout}")
-    return yaml.safe_load(done.stdout)
+    from rlyard.cli import main
+
+    printed, errors = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+        code = main(["train", config, *overrides, "--print-config"])
+    if code:
+        sys.exit(f"learn: the config does not resolve:\n{errors.getvalue() or printed.getvalue()}")
+    return yaml.safe_load(printed.getvalue())
 
 
 def option_flags(options: dict) -> list[str]:
