@@ -21,7 +21,7 @@ their sampled_ forms). Run again with the same OUT, the recipe keeps the stages 
 (`stage_seconds.json`) and goes on from the first that did not.
 
 Every stage is an `rlyard` command a user could type (the recipe prints each one and runs it
-through the CLI's `main` in its own process); this file only runs them in order, times
+through the CLI's `main` in the recipe's process); this file only runs them in order, times
 them and writes `summary.json` in the shape shared by every family (DESIGN.md, "Every family
 learns"): `{"commit", "machine", "stages": {"base": {"success", "mean_reward", "seconds", ...},
 "sft": ..., "rl_seed0": ...}}` (with SEEDS "sft_seed0" ... instead of "sft"), all held-out; greedy, and sampled too with EVAL_SAMPLES.
