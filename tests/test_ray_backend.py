@@ -43,7 +43,8 @@ def test_cli_smoke_command_of_cluster_md_then_eval_that_run(tiny_model_dir, tmp_
     that every step trains: 2 rollout actors and a grader actor run the sync loop, every push
     reaches both rollout actors (check_run), and the saved config names Ray, so `--resume` runs on
     Ray again (a resumed sharded learner's state: test_fsdp.py's round trip). Then `rlyard eval` on
-    that very run folder, through the CLI's own `main` in this process (the loaders are the CLI's; a second process would only import torch again)."""
+    that very run folder, through the CLI's own `main` in this process (the loaders are the CLI's;
+    a second process would only import torch again)."""
     run_dir = tmp_path / "cli"
     tiny = [f"model.name={tiny_model_dir}", "train.steps=2", "rollout.prompts_per_step=2", "rollout.n=4",
             "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}",
@@ -211,8 +212,7 @@ def test_a_learner_over_two_ranks_takes_the_single_learners_steps(local_ray, tin
         config = ray_config(tiny_model_dir, run_dir, "model.lora.enabled=true", "model.lora.rank=4", "algo.lr=5e-2",
                             "eval.size=0", "orchestrate.ray.graders=0", "orchestrate.ray.rollout_workers=1",
                             f"orchestrate.ray.learners={ranks}", "orchestrate.ray.learner_cpus=0.5", "output.checkpoint_every=1",
-                            f"orchestrate.backend={backend}")
-        config = config.model_copy(update={"train": config.train.model_copy(update={"steps": 2})})
+                            f"orchestrate.backend={backend}", "train.steps=2")
         assert train(config, run_dir).steps == 2
         runs[ranks] = (check_run(run_dir, config, 2), torch.load(run_dir / "checkpoints" / "step_000002" / "weights.pt"))
     (one, one_weights), (two, two_weights) = runs[1], runs[2]
