@@ -6,6 +6,7 @@ sent between processes and checkpointed without a torch dependency.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 Message = dict[str, Any]
@@ -94,3 +95,16 @@ class Trajectory:
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> "Trajectory":
         return cls(**row)
+
+
+@dataclass
+class RunResult:
+    """What `train` returns: here, not in orchestrate/run.py, so that a Ray driver unpickling it
+    from the learner actor imports no torch."""
+
+    run_dir: Path
+    steps: int
+    base_accuracy: float | None
+    final_accuracy: float | None
+    train_seconds: float
+    wall_seconds: float

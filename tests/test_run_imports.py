@@ -41,3 +41,29 @@ def test_a_single_turn_quickstart_run_imports_no_http_server_and_no_harness(tiny
     assert result["code"] == 0 and result["torch"]  # it did train
     assert (tmp_path / "run" / "metrics.jsonl").exists()
     assert result["loaded"] == [], f"a single-turn arith run imported {result['loaded']}"
+
+
+GRADER = textwrap.dedent("""
+    import json, random, sys
+    from rlyard.config import load_config
+    from rlyard.orchestrate.ray_actors import GraderActor
+    grader = GraderActor(load_config(None, ["env.name=files"]).model_dump(mode="json"), 0.5)
+    task = grader.family.make_tasks("eval", 1, 0)[0]
+    env_id = grader.open()
+    grader.call(env_id, "reset", task)
+    for reply in grader.family.oracle(task, random.Random(0)):
+        if grader.call(env_id, "step", reply).done:
+            break
+    reward = grader.call(env_id, "score").value
+    grader.close(env_id)
+    print(json.dumps({"reward": reward, "torch": "torch" in sys.modules}))
+""")
+
+
+def test_a_ray_grader_actor_plays_an_episode_without_torch():
+    """A grader actor hosts environments only (CPU nodes): building it and grading an episode
+    must not import torch, which cost every grader start about 4 s of CPU before
+    `orchestrate/family.py`. The actor class is plain Python, so no Ray is needed to check it."""
+    done = subprocess.run([sys.executable, "-c", GRADER], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"reward": 1.0, "torch": False}

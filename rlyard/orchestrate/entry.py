@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlyard.config import RunConfig
-from rlyard.orchestrate.run import RunResult
+from rlyard.types import RunResult  # a Ray driver only launches actors: nothing here imports torch
 
 
 def train(config: RunConfig, run_dir: Path, resume: bool = False) -> RunResult:

@@ -36,7 +36,7 @@ class GraderActor:
     sandboxes and verifiers run where this actor is placed (CPU nodes)."""
 
     def __init__(self, config_data: dict, cpus: float):
-        from rlyard.orchestrate.setup import run_family
+        from rlyard.orchestrate.family import run_family  # no torch: a grader hosts environments only
 
         self.family = run_family(actor_config(config_data, cpus))
         self.envs: dict[int, object] = {}

@@ -24,20 +24,10 @@ from rlyard.orchestrate.sampling import agent_limits
 from rlyard.orchestrate.setup import Components, build, push_weights
 from rlyard.testing.kill import kill_point
 from rlyard.train import latest_checkpoint, load_checkpoint, save_checkpoint
-from rlyard.types import Trajectory
+from rlyard.types import RunResult, Trajectory
 
 
 DROPPED_FILE = "dropped.jsonl"  # async: every episode of a group the learner dropped, with the reason
-
-
-@dataclass
-class RunResult:
-    run_dir: Path
-    steps: int
-    base_accuracy: float | None
-    final_accuracy: float | None
-    train_seconds: float
-    wall_seconds: float
 
 
 def rollout_metrics(batch: list[Trajectory]) -> dict[str, float]:

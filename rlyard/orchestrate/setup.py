@@ -17,11 +17,11 @@ import torch
 from rlyard.config import ConfigError, ModelConfig, RunConfig, engine_dtype, load_run_config, loss_constant, training_algo
 from rlyard.data import TaskStream, train_pool, train_stream
 from rlyard.engines import CoalescingEngine, Engine, HFEngine, OpenAIEngine, ServerError
-from rlyard.envs import Family, get_family
+from rlyard.envs import Family
 from rlyard.models import TORCH_DTYPES, add_lora, autocast_choice, engine_dtype_choice, is_peft, load_model, load_tokenizer
 from rlyard.models.lora import load_trainable_state_dict, lora_factors, merged_weights, trainable_state_dict
 from rlyard.models.templates import end_of_message_id
-from rlyard.rewards import RewardLoadError, check_arguments, load_rewards, with_rewards
+from rlyard.orchestrate.family import check_reward_arguments, run_family
 from rlyard.train import Learner, find_checkpoint
 from rlyard.types import Task
 
@@ -117,25 +117,6 @@ def config_engine(config: RunConfig, model, tokenizer, train: bool) -> Engine:
     engine = HFEngine(engine_model_for(model, config), tokenizer.pad_token_id, quantize=config.rollout.quantize,
                       prefix_cache_bytes=config.rollout.prefix_cache_mb << 20)
     return CoalescingEngine(engine) if config.rollout.coalesce else engine  # concurrent episodes share batches
-
-
-def run_family(config: RunConfig) -> Family:
-    """`env.name`'s family, graded by the `env.reward` functions when the config names some."""
-    family = get_family(config.env.name)
-    if config.env.reward is None:
-        return family
-    return with_rewards(family, load_rewards(config.env.reward, config.env.reward_weights))
-
-
-def check_reward_arguments(config: RunConfig, tasks: list[Task]) -> None:
-    """A reward function that requires a column no task has is refused before the first rollout."""
-    if config.env.reward is None or not tasks:
-        return
-    columns = {key for task in tasks[:1000] for key in task.payload}
-    try:
-        check_arguments(load_rewards(config.env.reward, config.env.reward_weights), columns, f"env.name={config.env.name}'s data")
-    except RewardLoadError as error:
-        raise ConfigError(str(error)) from None
 
 
 def policy_model(model_config: ModelConfig, adapter: bool = True):
