@@ -26,6 +26,15 @@ TEST_THREADS = os.environ.get("RLYARD_TEST_THREADS", "1")
 torch.set_num_threads(int(TEST_THREADS))
 os.environ.setdefault("OMP_NUM_THREADS", TEST_THREADS)
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread_after_each_test():
+    """A run in this process (`rlyard.cli.main`, `train`) sets torch's threads from `train.threads`;
+    the worker's next tests must not inherit them."""
+    yield
+    if torch.get_num_threads() != int(TEST_THREADS):
+        torch.set_num_threads(int(TEST_THREADS))
+
 # --------------------------------------------------------------------------- toy environments
 # "toy": one prompt, reward 1 when the reply contains TOY_TARGET. Measured on the tiny random
 # llama below (temperature 1, 8 new tokens): about a quarter of the replies contain a capital

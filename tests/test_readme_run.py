@@ -1,9 +1,10 @@
 """The README's own commands on the README's own run, through the CLI entry point.
 
-`rlyard train configs/quickstart.yaml` (shrunk to one step by overrides) writes a run folder
-under runs/; then `rlyard eval --checkpoint RUN`, `rlyard train --resume RUN` and
-`rlyard serve --checkpoint RUN` read that very folder back with the CLI's own loader. The
-working directory is a fresh folder, so `configs/quickstart.yaml` comes from the package.
+`rlyard train configs/quickstart.yaml` (shrunk to one step by overrides; the installed console
+script, in a process of its own) writes a run folder under runs/; then `rlyard eval --checkpoint
+RUN`, `rlyard train --resume RUN` and `rlyard export RUN` (the CLI's `main` in this process) and
+`rlyard serve --checkpoint RUN` (a server process) read that very folder back with the CLI's own
+loader. The working directory is a fresh folder, so `configs/quickstart.yaml` comes from the package.
 """
 from __future__ import annotations
 
@@ -37,6 +38,20 @@ def rlyard(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedPro
     return result
 
 
+def rlyard_main(cwd: Path, *args: str) -> None:
+    """`rlyard ARGS` run from `cwd` through the CLI's own `main` in this process: the console script
+    is that function (the module's run above proves it installed), and another process would
+    only import torch and the model code again."""
+    from rlyard.cli import main
+
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        assert main(list(args)) == 0, f"rlyard {' '.join(args)} failed"
+    finally:
+        os.chdir(here)
+
+
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory) -> tuple[Path, Path]:
     """(working folder, run folder) of `rlyard train configs/quickstart.yaml` with tiny overrides."""
@@ -58,23 +73,25 @@ def test_the_saved_config_reads_back_with_the_cli_loader(readme_run):
     assert (run / "checkpoints" / "step_000001" / "weights.pt").exists()
 
 
-def test_eval_checkpoint_writes_into_the_run_folder(readme_run):
+def test_eval_checkpoint_writes_into_the_run_folder(readme_run, capsys):
     cwd, run = readme_run
-    result = rlyard(cwd, "eval", "--checkpoint", str(run.relative_to(cwd)), "--samples", "2", "--k", "2")
+    rlyard_main(cwd, "eval", "--checkpoint", str(run.relative_to(cwd)), "--samples", "2", "--k", "2")
+    result = capsys.readouterr()
     outputs = list(run.glob("eval-step_000001-*.json"))
-    assert len(outputs) == 1, result.stdout
+    assert len(outputs) == 1, result.out
     assert not list(cwd.glob("*.json"))  # nothing lands in the working folder
     data = json.loads(outputs[0].read_text())
     assert data["tasks"] == 2 and data["infra_errors"] == 0 and 0.0 <= data["pass@2"] <= 1.0
-    assert re.search(r"^tasks +2$", result.stdout, re.M) and re.search(r"^infra_errors +0$", result.stdout, re.M)
-    assert re.search(r"^accuracy +\d\.\d{4}$", result.stdout, re.M)
-    assert "6/6" in result.stderr and "episode" in result.stderr  # the tqdm bar: 2 greedy + 2 x 2 sampled episodes
+    assert re.search(r"^tasks +2$", result.out, re.M) and re.search(r"^infra_errors +0$", result.out, re.M)
+    assert re.search(r"^accuracy +\d\.\d{4}$", result.out, re.M)
+    assert "6/6" in result.err and "episode" in result.err  # the tqdm bar: 2 greedy + 2 x 2 sampled episodes
 
 
-def test_train_resume_runs_one_more_step(readme_run):
+def test_train_resume_runs_one_more_step(readme_run, capsys):
     cwd, run = readme_run
-    result = rlyard(cwd, "train", "--resume", str(run.relative_to(cwd)), "train.steps=2")
-    assert "resumed from" in result.stdout and "step_000001" in result.stdout
+    rlyard_main(cwd, "train", "--resume", str(run.relative_to(cwd)), "train.steps=2")
+    printed = capsys.readouterr().out
+    assert "resumed from" in printed and "step_000001" in printed
     assert (run / "checkpoints" / "step_000002" / "weights.pt").exists()
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 2
@@ -124,7 +141,7 @@ def test_export_loads_in_transformers_with_the_runs_greedy_tokens(readme_run, tm
 
     cwd, run = readme_run
     out = tmp_path / "exported"
-    rlyard(cwd, "export", str(run.relative_to(cwd)), "--out", str(out))
+    rlyard_main(cwd, "export", str(run.relative_to(cwd)), "--out", str(out))
     model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
     prompt = list(tokenizer.apply_chat_template([{"role": "user", "content": "What is 12+34?"}], add_generation_prompt=True,
                                                 tokenize=True, return_dict=False))
