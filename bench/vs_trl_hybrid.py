@@ -79,6 +79,19 @@ def with_generate_engine():
     setup.config_engine = lambda config, model, tokenizer, train: GenerateEngine(model, tokenizer.pad_token_id)
 
 
+def write(results: dict, out: Path, seeds_left: int) -> None:
+    """The file after every seed (atomically), so that a sweep stopped midway keeps what it measured;
+    `complete` says whether every seed asked for is in it."""
+    accuracies = [run["final_accuracy"] for run in results["seeds"].values()]
+    results["accuracy_mean"] = statistics.fmean(accuracies)
+    results["accuracy_sd"] = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+    results["complete"] = seeds_left == 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial")
+    partial.write_text(json.dumps(scrub(results), indent=2))
+    partial.replace(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     own = argparse.ArgumentParser(add_help=False)
     own.add_argument("--variant", choices=VARIANTS, default="none",
@@ -103,14 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         results["seeds"][seed] = run
         print(f"[vs_trl_hybrid] seed {seed}: held-out {run['final_accuracy']:.1%}, {run['s_per_step']:.2f} s/step, "
               f"mean reward {statistics.fmean(run['rewards']):.3f}", flush=True)
-    accuracies = [run["final_accuracy"] for run in results["seeds"].values()]
-    results["accuracy_mean"] = statistics.fmean(accuracies)
-    results["accuracy_sd"] = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
-    print(f"[vs_trl_hybrid] mean {results['accuracy_mean']:.1%}, sd {results['accuracy_sd']:.1%} over seeds {seeds}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(scrub(results), indent=2))
-    print(f"[vs_trl_hybrid] wrote {out}")
+        write(results, Path(args.out), seeds_left=len(seeds) - len(results["seeds"]))
+    print(f"[vs_trl_hybrid] mean {results['accuracy_mean']:.1%}, sd {results['accuracy_sd']:.1%} over seeds {seeds}; wrote {args.out}")
     return 0
 
 
