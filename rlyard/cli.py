@@ -124,9 +124,10 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
+def load_policy(args: argparse.Namespace, extra_overrides: list[str] = (), held_out: bool = True):
     """Config + built components for `eval` / `serve`: a checkpoint's run (its saved config and
-    weights) when --checkpoint is given, else a config file. Returns (config, components, checkpoint)."""
+    weights) when --checkpoint is given, else a config file. Returns (config, components, checkpoint).
+    `held_out=False` builds no held-out tasks (`eval --split train` plays train tasks only)."""
     from rlyard.orchestrate.setup import build, push_weights
 
     path, overrides = split_config_args(args.config, args.overrides)
@@ -142,7 +143,8 @@ def load_policy(args: argparse.Namespace, extra_overrides: list[str] = ()):
         config = load_run_config(checkpoint.parent.parent, overrides)
     else:
         config = load_config(path or default_config_path(), overrides)
-    components = build(config, train=False, adapter=checkpoint is not None)  # no learner, no training tasks
+    built = config if held_out else config.model_copy(update={"eval": config.eval.model_copy(update={"size": 0})})
+    components = build(built, train=False, adapter=checkpoint is not None)  # no learner, no training tasks
     if checkpoint is not None:
         from rlyard.train import load_checkpoint
 
@@ -172,7 +174,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.no_greedy and args.samples < 1:
         raise ConfigError("--no-greedy needs --samples >= 1 (without greedy episodes the sampled ones are the evaluation)")
     greedy = not args.no_greedy
-    config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [])
+    config, components, checkpoint = load_policy(args, [f"eval.size={args.size}"] if args.size is not None else [],
+                                                 held_out=args.split != "train")
     tasks = components.eval_tasks
     split = "eval split"
     if args.split == "train":
