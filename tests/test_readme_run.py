@@ -1,13 +1,16 @@
 """The README's own commands on the README's own run, through the CLI entry point.
 
-`rlyard train configs/quickstart.yaml` (shrunk to one step by overrides; the installed console
-script, in a process of its own) writes a run folder under runs/; then `rlyard eval --checkpoint
-RUN`, `rlyard train --resume RUN` and `rlyard export RUN` (the CLI's `main` in this process) and
-`rlyard serve --checkpoint RUN` (a server process) read that very folder back with the CLI's own
-loader. The working directory is a fresh folder, so `configs/quickstart.yaml` comes from the package.
+`rlyard train configs/quickstart.yaml` (shrunk to one step by overrides) writes a run folder
+under runs/; then `rlyard eval --checkpoint RUN`, `rlyard train --resume RUN`, `rlyard export RUN`
+and `rlyard serve --checkpoint RUN` read that very folder back with the CLI's own loader. All but
+serve run the CLI's `main` in this process; serve is the installed console script, a server
+process. The working directory is a fresh folder, so `configs/quickstart.yaml` comes from the
+package.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -31,35 +34,31 @@ def rlyard_command(*args: str) -> list[str]:
     return [str(script), *args] if script.exists() else [sys.executable, "-m", "rlyard.cli", *args]
 
 
-def rlyard(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "120"}
-    result = subprocess.run(rlyard_command(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert result.returncode == 0, f"rlyard {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
-    return result
-
-
-def rlyard_main(cwd: Path, *args: str) -> None:
-    """`rlyard ARGS` run from `cwd` through the CLI's own `main` in this process: the console script
-    is that function (the module's run above proves it installed), and another process would
-    only import torch and the model code again."""
+def rlyard_main(cwd: Path, *args: str) -> str:
+    """`rlyard ARGS` run from `cwd` through the CLI's own `main` in this process (what the console
+    script calls; the serve test below starts the console script itself); what it printed. Another
+    process per command would only import torch and the model code again."""
     from rlyard.cli import main
 
-    here = Path.cwd()
+    here, printed = Path.cwd(), io.StringIO()
     os.chdir(cwd)
     try:
-        assert main(list(args)) == 0, f"rlyard {' '.join(args)} failed"
+        with contextlib.redirect_stdout(printed):
+            code = main(list(args))
     finally:
         os.chdir(here)
+    assert code == 0, f"rlyard {' '.join(args)} exited {code}:\n{printed.getvalue()[-3000:]}"
+    return printed.getvalue()
 
 
 @pytest.fixture(scope="module")
 def readme_run(tmp_path_factory) -> tuple[Path, Path]:
     """(working folder, run folder) of `rlyard train configs/quickstart.yaml` with tiny overrides."""
     cwd = tmp_path_factory.mktemp("readme")
-    result = rlyard(cwd, "train", "configs/quickstart.yaml", *TINY)
+    printed = rlyard_main(cwd, "train", "configs/quickstart.yaml", *TINY)
     runs = sorted((cwd / "runs").glob("quickstart-*"))
-    assert len(runs) == 1, result.stdout
-    assert f"run folder: runs/{runs[0].name}" in result.stdout
+    assert len(runs) == 1, printed
+    assert f"run folder: runs/{runs[0].name}" in printed
     return cwd, runs[0]
 
 
@@ -75,22 +74,21 @@ def test_the_saved_config_reads_back_with_the_cli_loader(readme_run):
 
 def test_eval_checkpoint_writes_into_the_run_folder(readme_run, capsys):
     cwd, run = readme_run
-    rlyard_main(cwd, "eval", "--checkpoint", str(run.relative_to(cwd)), "--samples", "2", "--k", "2")
-    result = capsys.readouterr()
+    printed = rlyard_main(cwd, "eval", "--checkpoint", str(run.relative_to(cwd)), "--samples", "2", "--k", "2")
+    bar = capsys.readouterr().err
     outputs = list(run.glob("eval-step_000001-*.json"))
-    assert len(outputs) == 1, result.out
+    assert len(outputs) == 1, printed
     assert not list(cwd.glob("*.json"))  # nothing lands in the working folder
     data = json.loads(outputs[0].read_text())
     assert data["tasks"] == 2 and data["infra_errors"] == 0 and 0.0 <= data["pass@2"] <= 1.0
-    assert re.search(r"^tasks +2$", result.out, re.M) and re.search(r"^infra_errors +0$", result.out, re.M)
-    assert re.search(r"^accuracy +\d\.\d{4}$", result.out, re.M)
-    assert "6/6" in result.err and "episode" in result.err  # the tqdm bar: 2 greedy + 2 x 2 sampled episodes
+    assert re.search(r"^tasks +2$", printed, re.M) and re.search(r"^infra_errors +0$", printed, re.M)
+    assert re.search(r"^accuracy +\d\.\d{4}$", printed, re.M)
+    assert "6/6" in bar and "episode" in bar  # the tqdm bar: 2 greedy + 2 x 2 sampled episodes
 
 
-def test_train_resume_runs_one_more_step(readme_run, capsys):
+def test_train_resume_runs_one_more_step(readme_run):
     cwd, run = readme_run
-    rlyard_main(cwd, "train", "--resume", str(run.relative_to(cwd)), "train.steps=2")
-    printed = capsys.readouterr().out
+    printed = rlyard_main(cwd, "train", "--resume", str(run.relative_to(cwd)), "train.steps=2")
     assert "resumed from" in printed and "step_000001" in printed
     assert (run / "checkpoints" / "step_000002" / "weights.pt").exists()
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
