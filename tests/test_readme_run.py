@@ -25,7 +25,7 @@ pytestmark = pytest.mark.embedded  # the quickstart's own model (SmolLM2-135M), 
 
 # The quickstart with tiny sizes: one prompt, two samples of four tokens, one step.
 TINY = ["train.steps=1", "rollout.prompts_per_step=1", "rollout.n=2", "rollout.max_new_tokens=4", "env.train_size=8",
-        "eval.size=2", "eval.max_new_tokens=4", "eval.at_start=false", "eval.at_end=false", "train.threads=2"]
+        "eval.size=2", "eval.max_new_tokens=4", "eval.at_start=false", "eval.at_end=false", "train.threads=1"]
 
 
 def rlyard_command(*args: str) -> list[str]:
