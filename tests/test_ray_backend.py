@@ -25,21 +25,16 @@ from rlyard.cli import main as cli_main  # noqa: E402
 from rlyard.config import ConfigError, load_config, load_run_config  # noqa: E402
 from rlyard.envs import get_family  # noqa: E402
 from rlyard.orchestrate.entry import train  # noqa: E402
+from test_run_imports import RUN  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 DATA = Path(__file__).parent / "data"
 
 
-# `rlyard ARGS` as the console script runs it (the CLI's `main`), then whether that process imported torch
-REPORTING_MAIN = """import json, sys
-from rlyard.cli import main
-code = main(sys.argv[2:])
-open(sys.argv[1], "w").write(json.dumps({"torch": "torch" in sys.modules}))
-sys.exit(code)"""
-
-
-def rlyard_cli(report: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", REPORTING_MAIN, str(report), *args], capture_output=True, text=True,
+def rlyard_train(report: Path, config: str, *overrides: str) -> subprocess.CompletedProcess:
+    """`rlyard train CONFIG OVERRIDES` in a fresh interpreter (test_run_imports.py's runner of the
+    CLI's `main`), which writes to `report` its exit code and whether it imported torch."""
+    return subprocess.run([sys.executable, "-c", RUN, config, str(report), *overrides], capture_output=True, text=True,
                           timeout=280, env={**os.environ, "COLUMNS": "120"})
 
 
@@ -56,11 +51,12 @@ def test_cli_smoke_command_of_cluster_md_then_eval_that_run(tiny_model_dir, tmp_
             "rollout.max_new_tokens=8", "eval.size=2", "output.progress=false", f"output.run_dir={run_dir}",
             "env.name=dataset", f"env.options={{path: {DATA / 'gsm8k_test_head30.jsonl'}, prompt_column: question}}",
             f"env.reward={DATA / 'vowel_reward.py'}:vowel_share", "rollout.truncated_reward=null", "algo.tis_cap=10"]
-    modules = tmp_path / "driver_modules.json"
-    trained = rlyard_cli(modules, "train", "configs/quickstart.yaml", "orchestrate.backend=ray", "orchestrate.ray.rollout_workers=2",
-                         *tiny)
+    report = tmp_path / "driver.json"
+    trained = rlyard_train(report, "configs/quickstart.yaml", "orchestrate.backend=ray", "orchestrate.ray.rollout_workers=2", *tiny)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
-    assert json.loads(modules.read_text()) == {"torch": False}  # the driver only launches actors (RunResult in types.py)
+    driver = json.loads(report.read_text())
+    assert driver["code"] == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert driver["torch"] is False  # the driver only launches actors (RunResult in types.py)
     assert "2 rollout actor(s), 1 grader actor(s) and the learner" in trained.stdout
     assert "base model held-out" in trained.stdout and "final model held-out" in trained.stdout, trained.stdout[-2000:]
     config = load_run_config(run_dir)
